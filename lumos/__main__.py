@@ -1,0 +1,5 @@
+import sys
+
+from lumos.cli import main
+
+sys.exit(main())

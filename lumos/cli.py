@@ -1,0 +1,59 @@
+"""The `lumos` command line.
+
+Each sub-command lives in its own module under `lumos.commands` and exposes
+`register(subparsers) -> None`, which adds its parser and sets `func` on it. Modules are imported
+here, but heavy libraries (duckdb, dagster, numba, torch) are imported inside the command functions,
+so `lumos --help` and quick commands start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Order is the order shown in `lumos --help`.
+COMMAND_MODULES = [
+    "lumos.commands.ingest",
+    "lumos.commands.sql",
+    "lumos.commands.status",
+    "lumos.commands.groundtruth",
+    "lumos.commands.opbench",
+    "lumos.commands.opmodel",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lumos",
+        description="A warehouse of PyTorch profiler traces that replays and predicts training "
+        "iterations.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue  # a command not built yet
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

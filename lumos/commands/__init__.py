@@ -1,0 +1,1 @@
+"""One module per `lumos` sub-command; each exposes `register(subparsers)`."""

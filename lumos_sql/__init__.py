@@ -1,0 +1,49 @@
+"""SQL, the pipeline's transformation layer: `.sql` files and a loader.
+
+Each file is one statement (or a short script) run by DuckDB. Parameters are DuckDB's own `$name`
+placeholders or `{{name}}` template slots for identifiers and paths, filled by `render`. The files
+are testable with a bare DuckDB connection; nothing here imports Dagster.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+__all__ = ["load", "render", "names"]
+
+
+@cache
+def load(name: str) -> str:
+    """Return the text of `lumos_sql/<name>.sql` (name may contain `/` for sub-folders)."""
+    path = resources.files(__name__).joinpath(f"{name}.sql")
+    if not path.is_file():
+        raise FileNotFoundError(f"no SQL file lumos_sql/{name}.sql")
+    return path.read_text(encoding="utf-8")
+
+
+def render(name: str, **slots: str) -> str:
+    """Load a SQL file and fill its `{{slot}}` placeholders (identifiers and quoted paths only)."""
+    text = load(name)
+    for key, value in slots.items():
+        text = text.replace("{{" + key + "}}", value)
+    if "{{" in text:
+        missing = text[text.index("{{") : text.index("}}", text.index("{{")) + 2]
+        raise KeyError(f"lumos_sql/{name}.sql: slot {missing} not filled")
+    return text
+
+
+def names() -> list[str]:
+    """All SQL file names the package holds, without the `.sql` suffix."""
+    root = resources.files(__name__)
+    out: list[str] = []
+
+    def walk(node, prefix: str) -> None:
+        for child in node.iterdir():
+            if child.is_dir():
+                walk(child, f"{prefix}{child.name}/")
+            elif child.name.endswith(".sql"):
+                out.append(prefix + child.name[:-4])
+
+    walk(root, "")
+    return sorted(out)
