@@ -1,0 +1,1 @@
+"""The training step of each parallel mode: data (`dp`), pipeline (`pp`) and tensor (`tp`)."""
