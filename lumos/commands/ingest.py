@@ -1,0 +1,118 @@
+"""`lumos ingest PATH... [--job NAME] [--warehouse DIR] [--workers N]`: traces into the warehouse."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+DESCRIPTION = """\
+Ingest Kineto trace files (or every *.json / *.json.gz under the given directories) into the
+warehouse. Without --job, the job is the one the trace names (mast_job_name, distributedInfo), else
+the directory holding the files (each folder of a directory argument is one job), else the file's
+name; the choice is printed. Each file's rank comes from distributedInfo, else the file name
+(rank-3, rank3, worker3), else 0 for a one-file job. Re-ingesting an identical file does nothing.
+Exits 1 when any file was refused (each is listed with the reason), 2 on a bad argument."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "ingest",
+        help="ingest trace files into the warehouse",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories")
+    p.add_argument("--job", help="ingest all the given files as the ranks of this job")
+    p.add_argument(
+        "--warehouse",
+        metavar="DIR",
+        help="warehouse directory (default: $LUMOS_WAREHOUSE, else ./lumos_warehouse)",
+    )
+    p.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="parse N files in parallel (default 1)"
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="print only refusals and errors")
+    p.set_defaults(func=run)
+
+
+class _ProgressBar:
+    """A one-line progress bar on stderr; drawn when stderr is a terminal, or once the ingest has
+    run for a few seconds (then as plain lines, at most every few seconds)."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.tty = sys.stderr.isatty()
+        self.last = 0.0
+        self.drawn = False
+
+    def __call__(self, p) -> None:
+        now = time.monotonic()
+        elapsed = now - self.start
+        if self.tty:
+            if now - self.last < 0.1 and p.files_done < p.files_total:
+                return
+        elif elapsed < 3 or now - self.last < 5:
+            return
+        self.last = now
+        frac = p.bytes_done / p.bytes_total if p.bytes_total else 1.0
+        bar = "#" * int(30 * frac)
+        line = (
+            f"[{bar:<30}] {p.files_done}/{p.files_total} files "
+            f"{p.bytes_done / 1e6:,.1f}/{p.bytes_total / 1e6:,.1f} MB "
+            f"{p.events_done:,} events {elapsed:.0f}s"
+        )
+        if self.tty:
+            sys.stderr.write("\r" + line[:150])
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn and self.tty:
+            sys.stderr.write("\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    from warehouse.errors import TraceError
+    from warehouse.ingest import ingest
+    from warehouse.layout import Layout
+
+    if args.workers < 1:
+        print("lumos ingest: --workers must be at least 1", file=sys.stderr)
+        return 2
+    layout = Layout.at(args.warehouse)
+    bar = None if args.quiet else _ProgressBar()
+    try:
+        report = ingest(
+            args.paths, warehouse=layout.root, job=args.job, workers=args.workers, progress=bar
+        )
+    except (TraceError, ValueError) as exc:
+        if bar:
+            bar.close()
+        print(f"lumos ingest: {exc}", file=sys.stderr)
+        return 2
+    if bar:
+        bar.close()
+    if not args.quiet:
+        sources = {
+            "given": "given with --job",
+            "trace": "named by the trace",
+            "path": "from the directory / file name",
+        }
+        for job, source in report.jobs.items():
+            ranks = sorted({f.rank for f in report.files if f.job == job and f.rank is not None})
+            shown = ", ".join(map(str, ranks)) if len(ranks) <= 16 else f"{len(ranks)} ranks"
+            print(f"job {job!r} ({sources.get(source, source)}): ranks {shown or '-'}")
+        for f in report.files:
+            if f.status == "ok":
+                print(f"  {f.action:<9} {f.job} rank {f.rank}: {f.path} ({f.n_events:,} events)")
+    for f in report.refused:
+        again = " (refused before, unchanged)" if f.action == "still refused" else ""
+        print(f"  REFUSED{again} {f.error}", file=sys.stderr)
+    print(f"{report.summary()}; warehouse {report.warehouse}")
+    if report.refused:
+        print(f"lumos ingest: {len(report.refused)} file(s) refused", file=sys.stderr)
+        return 1
+    return 0

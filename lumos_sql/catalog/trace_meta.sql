@@ -1,0 +1,7 @@
+-- trace_meta: each trace's top-level keys other than traceEvents (deviceProperties,
+-- distributedInfo, schemaVersion, baseTimeNanoseconds, ...), the value as JSON text.
+CREATE OR REPLACE VIEW trace_meta AS
+SELECT m.*
+FROM read_parquet({{trace_meta_glob}}, union_by_name = true, hive_partitioning = false) AS m
+SEMI JOIN (SELECT job, sha256 FROM traces WHERE status = 'ok') AS t
+    ON m.job = t.job AND m.trace_sha256 = t.sha256;

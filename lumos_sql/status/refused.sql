@@ -1,0 +1,2 @@
+-- `lumos status`: refused files with the reason.
+SELECT job, path, error FROM refused ORDER BY path;

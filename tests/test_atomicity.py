@@ -1,0 +1,201 @@
+"""Nothing lost, nothing half-written: idempotency, concurrent ingests and killed ingests, with
+real `lumos ingest` processes on real files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from warehouse.catalog import build_catalog
+from warehouse.schema import TRACES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def lumos(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "lumos", *args],
+        cwd=kw.pop("cwd", ROOT),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    p = lumos(*args)
+    out, err = p.communicate(timeout=300)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under root with its size and mtime (ns)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        st = p.stat()
+        out[p.relative_to(root).as_posix()] = (st.st_size if p.is_file() else -1, st.st_mtime_ns)
+    return out
+
+
+def manifest_rows(wh: Path) -> list[dict]:
+    return [
+        r
+        for p in sorted((wh / "manifest").glob("part-*.parquet"))
+        for r in pq.read_table(p, schema=TRACES).to_pylist()
+    ]
+
+
+def query(wh: Path, sql: str) -> list[tuple]:
+    con = duckdb.connect(str(wh / "lumos.duckdb"), read_only=True)
+    try:
+        return con.sql(sql).fetchall()
+    finally:
+        con.close()
+
+
+def assert_consistent(wh: Path) -> int:
+    """What a user can see is whole: each committed trace has exactly its events, once.
+    Returns the number of committed traces."""
+    rows = manifest_rows(wh)
+    ok = Counter((r["job"], r["sha256"]) for r in rows if r["status"] == "ok")
+    assert all(n == 1 for n in ok.values()), ok  # exactly one copy of each trace
+    build_catalog(wh)  # what `Warehouse.open` does when the catalog is missing
+    expected = {(r["job"], r["sha256"]): r["n_events"] for r in rows if r["status"] == "ok"}
+    seen = dict(
+        ((job, sha), n)
+        for job, sha, n in query(wh, "select job, trace_sha256, count(*) from events group by all")
+    )
+    assert seen == {k: n for k, n in expected.items() if n}
+    for r in rows:
+        if r["status"] == "ok":
+            assert pq.ParquetFile(wh / r["events_file"]).metadata.num_rows == r["n_events"]
+    return len(expected)
+
+
+def assert_clean(wh: Path) -> None:
+    """No staging leftovers, no temporary files, no data file without its manifest row."""
+    assert not [p for p in (wh / "_staging").iterdir()], list((wh / "_staging").iterdir())
+    assert not list(wh.rglob("*.tmp"))
+    referenced = {r["events_file"] for r in manifest_rows(wh) if r["status"] == "ok"}
+    data = {
+        p.relative_to(wh).as_posix()
+        for p in (wh / "events").rglob("*.parquet")
+        if p.name != "_schema.parquet"
+    }
+    assert data == referenced
+
+
+def test_second_ingest_writes_nothing(examples: Path, warehouse_dir: Path) -> None:
+    first = run("ingest", str(examples), "--warehouse", str(warehouse_dir))
+    assert first.returncode == 0, first.stderr
+    before = snapshot(warehouse_dir)
+    time.sleep(0.05)  # a rewrite would show in the mtimes
+    second = run("ingest", str(examples), "--warehouse", str(warehouse_dir))
+    assert second.returncode == 0, second.stderr
+    assert "9 unchanged" in second.stdout and "0 ingested" in second.stdout
+    assert snapshot(warehouse_dir) == before
+
+
+def test_two_processes_ingesting_the_same_directory(examples: Path, warehouse_dir: Path) -> None:
+    procs = [lumos("ingest", str(examples), "--warehouse", str(warehouse_dir)) for _ in range(2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    rows = manifest_rows(warehouse_dir)
+    assert len(rows) == 9  # one row per trace: the loser of each race wrote nothing
+    assert sorted(Counter((r["job"], r["rank"]) for r in rows).values()) == [1] * 9
+    assert assert_consistent(warehouse_dir) == 9
+    assert_clean(warehouse_dir)
+    # the events of each file match an independent count
+    for f in (examples / "dlrm_8rank").glob("*.json.gz"):
+        n = len(json.loads(gzip.decompress(f.read_bytes()))["traceEvents"])
+        [(got,)] = query(
+            warehouse_dir,
+            f"select count(*) from events e join traces t on e.trace_sha256 = t.sha256 where t.path = '{f}'",
+        )
+        assert got == n
+
+
+@pytest.fixture()
+def big_input(examples: Path, tmp_path: Path) -> Path:
+    """Six jobs of one rank each, plus one trace with 6x the events (a longer parse)."""
+    src = examples / "nccl_a100" / "nccl_data.json.gz"
+    root = tmp_path / "many"
+    for k in range(6):
+        (root / f"job{k}").mkdir(parents=True)
+        shutil.copy(src, root / f"job{k}" / "nccl_data.json.gz")
+    data = json.loads(gzip.decompress(src.read_bytes()))
+    data["traceEvents"] = data["traceEvents"] * 6
+    (root / "jobbig").mkdir()
+    (root / "jobbig" / "big.json").write_text(json.dumps(data))
+    return root
+
+
+def _parsing(wh: Path) -> bool:
+    return any((wh / "_staging").glob("run-*/*.events.parquet"))
+
+
+def _first_commit(wh: Path) -> bool:
+    return any((wh / "manifest").glob("part-*.parquet"))
+
+
+def _parsing_big(wh: Path) -> bool:
+    # files are staged as <input index>-<sha>; the big file is the 7th input (jobbig sorts last)
+    return any((wh / "_staging").glob("run-*/000006-*.events.parquet"))
+
+
+@pytest.mark.parametrize("moment", [_parsing, _first_commit, _parsing_big])
+def test_killed_ingest_leaves_no_partial_rows(big_input: Path, warehouse_dir: Path, moment) -> None:
+    p = lumos("ingest", str(big_input), "--warehouse", str(warehouse_dir))
+    deadline = time.monotonic() + 120
+    while not moment(warehouse_dir):
+        if p.poll() is not None:
+            pytest.fail(f"ingest ended before the moment {moment.__name__}: {p.communicate()}")
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate()
+    committed = assert_consistent(warehouse_dir)
+    assert committed < 7
+    again = run("ingest", str(big_input), "--warehouse", str(warehouse_dir))
+    assert again.returncode == 0, again.stderr
+    assert f"{committed} unchanged" in again.stdout
+    assert assert_consistent(warehouse_dir) == 7
+    assert_clean(warehouse_dir)
+    [(n,)] = query(warehouse_dir, "select count(*) from events where job = 'many/jobbig'")
+    [(m,)] = query(warehouse_dir, "select count(*) from events where job = 'many/job0'")
+    assert n == 6 * m
+
+
+def test_orphan_data_file_is_invisible_and_removed(examples: Path, warehouse_dir: Path) -> None:
+    """A kill between renaming a trace's events file in and appending its manifest row leaves an
+    orphan file: the views must not show it, and the next ingest deletes it."""
+    assert (
+        run("ingest", str(examples / "nccl_a100"), "--warehouse", str(warehouse_dir)).returncode
+        == 0
+    )
+    [src] = (warehouse_dir / "events").rglob("rank=0/*.parquet")
+    orphan = src.parent.parent / "rank=5" / ("0" * 64 + ".parquet")
+    orphan.parent.mkdir()
+    table = pq.read_table(src)
+    pq.write_table(table.set_column(2, "trace_sha256", pa.array(["0" * 64] * len(table))), orphan)
+    [(n,)] = query(warehouse_dir, "select count(*) from events")
+    assert n == len(table)  # the orphan's rows are not visible
+    one = examples / "dlrm_8rank" / "worker2_step_12.1694128201554.pt.trace.json.gz"
+    dlrm = run("ingest", str(one), "--warehouse", str(warehouse_dir))
+    assert dlrm.returncode == 0
+    assert not orphan.exists()
+    assert_clean(warehouse_dir)

@@ -1,0 +1,133 @@
+"""The `lumos` command line, run as a real process: help, ingest, sql formats, status, errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def lumos(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "lumos", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def dlrm_wh(
+    tmp_path_factory: pytest.TempPathFactory, examples: Path
+) -> tuple[Path, subprocess.CompletedProcess]:
+    wh = tmp_path_factory.mktemp("cli") / "wh"
+    res = lumos("ingest", str(examples / "dlrm_8rank"), "--warehouse", str(wh), "--workers", "2")
+    return wh, res
+
+
+@pytest.mark.parametrize("command", ["ingest", "sql", "status"])
+def test_help(command: str) -> None:
+    res = lumos(command, "--help")
+    assert res.returncode == 0
+    assert f"lumos {command}" in res.stdout and "--warehouse" in res.stdout
+
+
+def test_ingest_prints_job_and_summary(dlrm_wh) -> None:
+    wh, res = dlrm_wh
+    assert res.returncode == 0, res.stderr
+    assert (
+        "job 'dlrm_8rank' (from the directory / file name): ranks 0, 1, 2, 3, 4, 5, 6, 7"
+        in res.stdout
+    )
+    assert "8 ingested" in res.stdout and "0 refused" in res.stdout
+
+
+def test_sql_json_is_one_array(dlrm_wh) -> None:
+    wh, _ = dlrm_wh
+    res = lumos(
+        "sql",
+        "select rank, count(*) as n, min(ts_ns) as t0 from events group by rank order by rank",
+        "--warehouse",
+        str(wh),
+        "--format",
+        "json",
+    )
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert isinstance(rows, list) and [r["rank"] for r in rows] == list(range(8))
+    assert all(set(r) == {"rank", "n", "t0"} and isinstance(r["t0"], int) for r in rows)
+    empty = lumos("sql", "select 1 as x where false", "--warehouse", str(wh), "--format", "json")
+    assert json.loads(empty.stdout) == []
+
+
+def test_sql_csv_and_table(dlrm_wh) -> None:
+    wh, _ = dlrm_wh
+    q = "select job, rank from traces order by rank"
+    res = lumos("sql", q, "--warehouse", str(wh), "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert [int(r["rank"]) for r in rows] == list(range(8))
+    res = lumos("sql", q, "--warehouse", str(wh))
+    assert res.returncode == 0 and "dlrm_8rank" in res.stdout
+
+
+def test_sql_error_and_missing_warehouse(dlrm_wh, tmp_path: Path) -> None:
+    wh, _ = dlrm_wh
+    bad = lumos("sql", "select nope from events", "--warehouse", str(wh))
+    assert bad.returncode == 1 and "nope" in bad.stderr
+    missing = lumos("sql", "select 1", "--warehouse", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2
+    assert "no lumos warehouse" in missing.stderr and str(tmp_path / "nowhere") in missing.stderr
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_status(dlrm_wh) -> None:
+    wh, _ = dlrm_wh
+    res = lumos("status", "--warehouse", str(wh))
+    assert res.returncode == 0, res.stderr
+    assert "dlrm_8rank" in res.stdout and "0-7" in res.stdout
+    assert "8 file(s) ok, 0 refused" in res.stdout and "V100" in res.stdout
+
+
+def test_warehouse_from_env_and_refusal_exit_code(examples: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "in" / "empty.json"
+    bad.parent.mkdir()
+    bad.write_bytes(b"")
+    good = examples / "dlrm_8rank" / "worker3_step_12.1694128201557.pt.trace.json.gz"
+    env = {"LUMOS_WAREHOUSE": str(tmp_path / "envwh")}
+    res = lumos("ingest", str(good), str(bad), "--job", "mixed", env=env, cwd=tmp_path)
+    assert res.returncode == 1
+    assert "REFUSED" in res.stderr and str(bad) in res.stderr
+    assert "1 file(s) refused" in res.stderr
+    assert (tmp_path / "envwh" / "lumos.duckdb").exists()
+    status = lumos("status", env=env, cwd=tmp_path)
+    assert "1 file(s) ok, 1 refused" in status.stdout and str(bad) in status.stdout
+    # no $LUMOS_WAREHOUSE: ./lumos_warehouse
+    env2 = {k: v for k, v in os.environ.items() if k != "LUMOS_WAREHOUSE"}
+    res = subprocess.run(
+        [sys.executable, "-m", "lumos", "ingest", str(good)],
+        cwd=tmp_path,
+        env=env2,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "lumos_warehouse" / "lumos.duckdb").exists()
+
+
+def test_ingest_bad_argument(tmp_path: Path) -> None:
+    (tmp_path / "empty_dir").mkdir()
+    res = lumos("ingest", str(tmp_path / "empty_dir"), "--warehouse", str(tmp_path / "wh"))
+    assert res.returncode == 2
+    assert "no trace files" in res.stderr and str(tmp_path / "empty_dir") in res.stderr
+    assert not (tmp_path / "wh").exists()

@@ -1,0 +1,393 @@
+"""Ingest into a real warehouse: jobs and ranks, refusals, bad inputs leave it unchanged.
+
+Expected values come from the raw files (counted with the standard `json` module) or from the
+trace README, never from the code under test.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from warehouse.errors import TraceError
+from warehouse.ingest import ingest
+from warehouse.jobs import InputError, rank_from_filename
+from warehouse.layout import Layout, decode_job, encode_job
+from warehouse.schema import EVENTS, TRACES
+
+DLRM = "param/dlrm_8rank/kineto"
+
+
+def query(wh: Path, sql: str) -> list[tuple]:
+    con = duckdb.connect(str(wh / "lumos.duckdb"), read_only=True)
+    try:
+        return con.sql(sql).fetchall()
+    finally:
+        con.close()
+
+
+def raw_events(path: Path) -> list[dict]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)["traceEvents"]
+
+
+def tree_digest(root: Path, *subdirs: str) -> dict[str, str]:
+    """Relative path -> sha256 of every file under the given sub-directories."""
+    out = {}
+    for sub in subdirs:
+        base = root / sub
+        if not base.exists():
+            continue
+        for p in sorted(base.rglob("*")):
+            if p.is_file():
+                out[p.relative_to(root).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+# ------------------------------------------------------------------------------------ unit rules
+
+
+@pytest.mark.parametrize(
+    "name, rank",
+    [
+        ("rank-3.Jul_15_10_52_41.1074.pt.trace.json.gz", 3),
+        ("rank3.json", 3),
+        ("rank_12.json.gz", 12),
+        ("worker3_step_12.1694128201557.pt.trace.json.gz", 3),
+        ("worker_7.pt.trace.json", 7),
+        ("sampled_rank-1.json.gz", 1),
+        ("trace_8_rank_1.json", 1),
+        ("Rank-5.json", 5),
+        ("dlrm_eg_0.json.gz", None),  # a bare number is not a rank
+        ("frank3.json", None),  # `rank` inside another word
+        ("rank0_worker3.json", None),  # ambiguous
+        ("rank_non_gpu.json.gz", None),
+    ],
+)
+def test_rank_from_filename(name: str, rank: int | None) -> None:
+    assert rank_from_filename(name) == rank
+
+
+@pytest.mark.parametrize("job", ["kineto", "a/b c", "x=1%2", "é", ".", "..", "job-1.2_3"])
+def test_job_encoding_roundtrip_and_is_one_path_component(job: str) -> None:
+    enc = encode_job(job)
+    assert "/" not in enc and enc not in (".", "..") and "=" not in enc
+    assert decode_job(enc) == job
+
+
+def test_encoding_is_injective_on_lookalikes() -> None:
+    assert len({encode_job(j) for j in ["a/b", "a%2Fb", "a_b", "a b"]}) == 4
+
+
+# ------------------------------------------------------------------------------ bundled examples
+
+
+def test_dlrm_bundled_job_ingests_as_ranks_0_to_7(examples: Path, warehouse_dir: Path) -> None:
+    report = ingest([examples / "dlrm_8rank"], warehouse=warehouse_dir)
+    assert not report.refused
+    assert report.jobs == {"dlrm_8rank": "path"}
+    rows = query(warehouse_dir, "select job, rank, status, rank_source from traces order by rank")
+    assert rows == [("dlrm_8rank", r, "ok", "distributedInfo") for r in range(8)]
+    # every file's events, counted independently with json, are in the events view
+    files = sorted((examples / "dlrm_8rank").glob("*.json.gz"))
+    expected = {int(f.name[6]): len(raw_events(f)) for f in files}  # worker<N>_...
+    got = dict(query(warehouse_dir, "select rank, count(*) from events group by rank"))
+    assert got == expected
+    # layout: partitioned by job and rank, one file per trace, job/rank stored inside too
+    for rank in range(8):
+        [path] = (warehouse_dir / "events" / "job=dlrm_8rank" / f"rank={rank}").glob("*.parquet")
+        table = pq.read_table(path)
+        assert table.schema.equals(EVENTS)
+        assert set(table.column("rank").to_pylist()) == {rank}
+        assert set(table.column("job").to_pylist()) == {"dlrm_8rank"}
+        assert path.stem == hashlib.sha256(files[rank].read_bytes()).hexdigest()
+
+
+def test_given_job_and_catalog_from_another_directory(
+    examples: Path, warehouse_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = examples / "nccl_a100" / "nccl_data.json.gz"
+    report = ingest([trace], warehouse=warehouse_dir, job="nccl run/1")
+    assert [f.action for f in report.files] == ["ingested"]
+    assert (warehouse_dir / "events" / f"job={encode_job('nccl run/1')}" / "rank=0").is_dir()
+    # a user opening the catalog from elsewhere: the views still find the Parquet
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    raw = raw_events(trace)
+    assert query(warehouse_dir, "select count(*) from events where job = 'nccl run/1'") == [
+        (len(raw),)
+    ]
+    cats = Counter(e.get("cat", "") for e in raw)
+    got = dict(query(warehouse_dir, "select cat_raw, count(*) from events group by 1"))
+    assert {k or "": v for k, v in got.items()} == dict(cats)
+    assert query(
+        warehouse_dir, "select declared_rank, world_size, backend from distributed_info"
+    ) == [(0, 2, "nccl")]
+    assert query(warehouse_dir, "select count(*) > 0 from devices where name like '%A100%'") == [
+        (True,)
+    ]
+    names = {
+        r[0] for r in query(warehouse_dir, "select value from threads where kind = 'process_name'")
+    }
+    assert names  # process names of the trace's metadata events
+
+
+def test_single_file_without_rank_is_rank_0_and_job_is_stem(
+    examples: Path, warehouse_dir: Path, tmp_path: Path
+) -> None:
+    # strip distributedInfo so neither the trace nor the name gives a rank
+    data = json.loads(gzip.decompress((examples / "nccl_a100" / "nccl_data.json.gz").read_bytes()))
+    del data["distributedInfo"]
+    src = tmp_path / "in" / "my_trace.pt.trace.json"
+    src.parent.mkdir()
+    src.write_text(json.dumps(data))
+    report = ingest([src], warehouse=warehouse_dir)
+    [f] = report.files
+    assert (f.job, f.rank, f.status) == ("my_trace", 0, "ok")
+    assert query(warehouse_dir, "select rank_source from traces") == [("single file",)]
+
+    # the same content twice in one multi-file job, neither with a rank: both refused, clearly
+    two = tmp_path / "two"
+    two.mkdir()
+    (two / "a.json").write_text(json.dumps(data))
+    (two / "b.json").write_text(json.dumps({**data, "x": 1}))
+    report = ingest([two], warehouse=warehouse_dir)
+    assert [f.status for f in report.files] == ["refused", "refused"]
+    for f in report.files:
+        assert f.path in f.error and "cannot tell which rank" in f.error
+    assert query(warehouse_dir, "select count(*) from events where job = 'two'") == [(0,)]
+
+
+def test_same_job_rank_with_different_content_refuses_the_second(
+    examples: Path, warehouse_dir: Path, tmp_path: Path
+) -> None:
+    files = sorted((examples / "dlrm_8rank").glob("*.json.gz"))
+    clash = tmp_path / "clash"
+    clash.mkdir()
+    # rank-3 by name, but the trace's distributedInfo says rank 0: it claims rank 0 too
+    shutil.copy(files[0], clash / "a_rank-0.json.gz")
+    shutil.copy(files[1], clash / "b_rank-0.json.gz")
+    data = json.loads(gzip.decompress(files[2].read_bytes()))
+    data["distributedInfo"]["rank"] = 0
+    (clash / "c.json").write_text(json.dumps(data))
+    report = ingest([clash], warehouse=warehouse_dir, job="J")
+    by_name = {Path(f.path).name: f for f in report.files}
+    assert by_name["a_rank-0.json.gz"].status == "ok"
+    assert by_name["a_rank-0.json.gz"].rank == 0
+    assert by_name["b_rank-0.json.gz"].status == "ok"  # distributedInfo says rank 1
+    assert by_name["b_rank-0.json.gz"].rank == 1
+    refused = by_name["c.json"]
+    assert refused.status == "refused"
+    assert "rank 0 is already held by" in refused.error and "a_rank-0.json.gz" in refused.error
+    assert query(
+        warehouse_dir, "select rank, count(distinct trace_sha256) from events group by 1 order by 1"
+    ) == [
+        (0, 1),
+        (1, 1),
+    ]
+    # the same content under another path is not a clash: it is the same trace
+    shutil.copy(files[0], tmp_path / "copy_rank-0.json.gz")
+    [f] = ingest([tmp_path / "copy_rank-0.json.gz"], warehouse=warehouse_dir, job="J").files
+    assert (f.action, f.status) == ("unchanged", "ok")
+
+
+# ----------------------------------------------------------------------------------- bad inputs
+
+
+def _bad_inputs(examples: Path, tmp: Path) -> dict[str, Path]:
+    good = (examples / "nccl_a100" / "nccl_data.json.gz").read_bytes()
+    text = gzip.decompress(good)
+    cases = {
+        "empty.json": b"",
+        "truncated_gzip.json.gz": good[: len(good) // 2],
+        "truncated_json.json": text[: len(text) // 2],
+        "not_a_trace.json": json.dumps({"hello": [1, 2, 3]}).encode(),
+        "array.json": b"[1, 2, 3]",
+        "binary.json.gz": gzip.compress(bytes(range(256)) * 10),
+        "missing_trace_events.json": json.dumps(
+            {"schemaVersion": 1, "deviceProperties": []}
+        ).encode(),
+        "ts_string.json": json.dumps(
+            {"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": "soon", "dur": 1}]}
+        ).encode(),
+        "dur_list.json": json.dumps(
+            {"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": [1]}]}
+        ).encode(),
+        "huge_int.json": b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": '
+        + str(2**64 + 5).encode()
+        + b', "dur": 1}]}',
+        "latin1.json": '{"traceEvents": [{"ph": "X", "name": "caf\u00e9", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}'.encode(
+            "latin-1"
+        ),
+    }
+    out = {}
+    for name, data in cases.items():
+        p = tmp / "bad" / name.split(".")[0] / name
+        p.parent.mkdir(parents=True)
+        p.write_bytes(data)
+        out[name] = p
+    return out
+
+
+def test_bad_inputs_are_refused_and_leave_the_data_unchanged(
+    examples: Path, warehouse_dir: Path, tmp_path: Path
+) -> None:
+    """'Unchanged' means: the events and trace_meta trees are byte-identical, the events view
+    answers the same, and the manifest gains exactly one `refused` row naming the bad file (the
+    issue asks for the refusal to be recorded). An argument that is not a file gains nothing."""
+    ingest([examples / "dlrm_8rank"], warehouse=warehouse_dir)
+    before = tree_digest(warehouse_dir, "events", "trace_meta")
+    events_before = query(
+        warehouse_dir, "select job, rank, count(*) from events group by all order by all"
+    )
+    n_rows = len(query(warehouse_dir, "select * from traces"))
+    for name, path in _bad_inputs(examples, tmp_path).items():
+        report = ingest([path], warehouse=warehouse_dir)
+        [f] = report.files
+        assert f.status == "refused", name
+        assert f.error.startswith(str(path)), f.error
+        assert len(f.error) > len(str(path)) + 10, f.error  # says what the problem is
+        assert tree_digest(warehouse_dir, "events", "trace_meta") == before, name
+        assert (
+            query(warehouse_dir, "select job, rank, count(*) from events group by all order by all")
+            == events_before
+        )
+        n_rows += 1
+        rows = query(
+            warehouse_dir, f"select status, error, n_events from traces where path = '{path}'"
+        )
+        assert rows == [("refused", f.error, 0)], name
+        assert len(query(warehouse_dir, "select * from traces")) == n_rows
+    # a directory without traces, a missing path: refused before anything is written
+    manifest_before = tree_digest(warehouse_dir, "manifest")
+    empty = tmp_path / "no_traces"
+    empty.mkdir()
+    (empty / "README.md").write_text("nothing here")
+    for arg in (empty, tmp_path / "does_not_exist"):
+        with pytest.raises(InputError) as err:
+            ingest([arg], warehouse=warehouse_dir)
+        assert str(arg) in str(err.value)
+        assert isinstance(err.value, TraceError)
+    assert tree_digest(warehouse_dir, "events", "trace_meta", "manifest") == {
+        **before,
+        **manifest_before,
+    }
+
+
+def test_refused_file_recorded_once_and_reported_again(
+    examples: Path, warehouse_dir: Path, tmp_path: Path
+) -> None:
+    bad = tmp_path / "cut.json"
+    bad.write_bytes(
+        gzip.decompress((examples / "nccl_a100" / "nccl_data.json.gz").read_bytes())[:5000]
+    )
+    first = ingest([bad], warehouse=warehouse_dir).files[0]
+    second = ingest([bad], warehouse=warehouse_dir).files[0]
+    assert (first.action, second.action) == ("refused", "still refused")
+    assert second.error == first.error
+    parts = list((warehouse_dir / "manifest").glob("part-*.parquet"))
+    rows = [r for p in parts for r in pq.read_table(p, schema=TRACES).to_pylist()]
+    assert [(r["status"], r["n_events"], r["events_file"]) for r in rows] == [("refused", 0, None)]
+    assert not list((warehouse_dir / "events").rglob("job=*"))
+
+
+# ------------------------------------------------------------------------------- all shared data
+
+
+def test_every_shared_trace_is_ingested_or_refused(
+    shared_traces: Path, warehouse_dir: Path
+) -> None:
+    files = sorted(
+        p
+        for p in shared_traces.rglob("*")
+        if p.is_file() and p.name.endswith((".json", ".json.gz"))
+    )
+    report = ingest([shared_traces], warehouse=warehouse_dir, workers=2)
+    assert sorted(Path(f.path) for f in report.files) == files
+    for f in report.files:
+        assert f.status in ("ok", "refused")
+        if f.status == "refused":
+            assert f.error and f.error.startswith(f.path), f
+    ok = {f.path: f for f in report.files if f.status == "ok"}
+    # host execution traces are refused as such
+    for f in report.files:
+        if "/et/" in f.path or f.path.endswith("_et.json.gz"):
+            assert f.status == "refused" and "execution trace" in f.error
+    # the DLRM job: one job, ranks 0-7
+    assert query(
+        warehouse_dir,
+        f"select rank from traces where job = 'traces/{DLRM}' and status = 'ok' order by rank",
+    ) == [(r,) for r in range(8)]
+    # every ok file's events are all visible, and only those
+    counts = dict(query(warehouse_dir, "select path, n_events from traces where status = 'ok'"))
+    seen = dict(
+        query(
+            warehouse_dir,
+            "select t.path, count(*) from events e join traces t "
+            "on e.job = t.job and e.trace_sha256 = t.sha256 group by 1",
+        )
+    )
+    assert {p: n for p, n in counts.items() if n} == seen
+    assert set(counts) == set(ok)
+    # an independent count for two files
+    for rel in (
+        "hta/trace_diff/test/test.json.gz",
+        f"{DLRM}/worker5_step_12.1694128201549.pt.trace.json.gz",
+    ):
+        path = shared_traces / rel
+        assert counts[str(path)] == len(raw_events(path)), rel
+    # files refused only because a folder of unrelated traces has no ranks ingest alone
+    ambiguous = [f for f in report.refused if "cannot tell which rank" in f.error]
+    assert ambiguous  # kineto/ and tracelens/ hold independent single-rank traces
+    again = ingest([Path(f.path) for f in ambiguous[:2]], warehouse=warehouse_dir)
+    assert [f.status for f in again.files] == ["ok", "ok"]
+    assert [f.rank for f in again.files] == [0, 0]
+
+
+def test_job_named_by_the_trace(shared_traces: Path, warehouse_dir: Path) -> None:
+    path = shared_traces / "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+    report = ingest([path], warehouse=warehouse_dir)
+    assert report.jobs == {"torchx-pytorch_resnet_integration_test-bq9m2dtfhskc6c": "trace"}
+    # --job wins over the trace
+    report = ingest([path], warehouse=warehouse_dir, job="mine")
+    assert report.jobs == {"mine": "given"}
+    # re-ingest without --job: recognised by path, nothing parsed or written
+    report = ingest([path], warehouse=warehouse_dir)
+    assert [f.action for f in report.files] == ["unchanged"]
+
+
+def test_layout_paths(tmp_path: Path) -> None:
+    layout = Layout.at(tmp_path / "wh")
+    assert layout.root.is_absolute()
+    p = layout.events_file("a/b", 3, "f" * 64)
+    assert p == layout.root / "events" / "job=a%2Fb" / "rank=3" / ("f" * 64 + ".parquet")
+
+
+def test_manifest_compaction_keeps_the_latest_rows_and_progress(
+    examples: Path, warehouse_dir: Path
+) -> None:
+    from warehouse.manifest import commit_lock, compact
+
+    files = sorted((examples / "dlrm_8rank").glob("*.json.gz"))[:3]
+    seen = []
+    for f in files:
+        ingest([f], warehouse=warehouse_dir, job="c", progress=seen.append)
+    assert [(p.files_done, p.files_total, p.events_done > 0) for p in seen] == [(1, 1, True)] * 3
+    assert seen[0].bytes_done == seen[0].bytes_total == files[0].stat().st_size
+    layout = Layout.at(warehouse_dir)
+    before = query(warehouse_dir, "select * from traces order by all")
+    assert len(layout.manifest_parts()) == 3
+    with commit_lock(layout):
+        assert compact(layout, min_parts=2)
+    assert len(layout.manifest_parts()) == 1
+    assert query(warehouse_dir, "select * from traces order by all") == before

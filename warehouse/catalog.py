@@ -1,0 +1,101 @@
+"""The DuckDB catalog: a small `.duckdb` file of views over the warehouse's Parquet.
+
+The views read globs, so files committed after the catalog was built show up without a rebuild;
+the manifest decides what is visible (see `lumos_sql/catalog/events.sql`). The file is built in
+a temporary file and renamed into place, so readers never see a half-built catalog and a writer
+never needs DuckDB's single-writer lock on the live file. Paths in the views are absolute, so
+`duckdb <wh>/lumos.duckdb` works from any directory; a moved warehouse needs a rebuild, which
+`Warehouse.open` and `lumos status` do by themselves (see `catalog_is_current`).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import lumos_sql
+from warehouse.layout import Layout
+from warehouse.manifest import commit_lock
+
+__all__ = ["VIEWS", "build_catalog", "catalog_is_current"]
+
+# Creation order matters: later views read earlier ones.
+VIEWS: tuple[str, ...] = (
+    "traces",
+    "events",
+    "trace_meta",
+    "devices",
+    "threads",
+    "distributed_info",
+    "jobs",
+    "refused",
+)
+
+# Tables derived by later stages, each written as `<wh>/<name>/**/*.parquet` with its
+# `_schema.parquet`; the view (`lumos_sql/<name>/view.sql`, slot `{{<name>_glob}}`) is created
+# once that marker exists.
+DERIVED_VIEWS: tuple[str, ...] = ("collectives",)
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def build_catalog(warehouse: str | os.PathLike[str]) -> Path:
+    """(Re)write `<wh>/lumos.duckdb` with the views; returns its path."""
+    from importlib.metadata import version
+
+    import duckdb
+
+    layout = Layout.at(warehouse)
+    with commit_lock(layout):  # ingest's cleanup of temporary files runs under this lock
+        layout.ensure()
+    tmp = layout.root / f".{layout.catalog_path.name}.{uuid.uuid4().hex}.tmp"
+    try:
+        con = duckdb.connect(str(tmp))
+        try:
+            slots = {f"{t}_glob": _literal(layout.glob(t)) for t in ("events", "traces")}
+            slots["trace_meta_glob"] = _literal(layout.glob("trace_meta"))
+            for view in VIEWS:
+                con.execute(lumos_sql.render(f"catalog/{view}", **slots))
+            for name in DERIVED_VIEWS:
+                if (layout.root / name / "_schema.parquet").exists():
+                    glob = _literal(str(layout.root / name / "**" / "*.parquet"))
+                    con.execute(lumos_sql.render(f"{name}/view", **{f"{name}_glob": glob}))
+            con.execute(
+                lumos_sql.render(
+                    "catalog/info",
+                    root=_literal(str(layout.root)),
+                    version=_literal(version("lumos")),
+                )
+            )
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+        os.replace(tmp, layout.catalog_path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        Path(str(tmp) + ".wal").unlink(missing_ok=True)
+    return layout.catalog_path
+
+
+def catalog_is_current(warehouse: str | os.PathLike[str]) -> bool:
+    """True when the catalog exists and its views point at this warehouse's current location."""
+    import duckdb
+
+    layout = Layout.at(warehouse)
+    if not layout.catalog_path.exists():
+        return False
+    try:
+        con = duckdb.connect(str(layout.catalog_path), read_only=True)
+    except duckdb.Error:
+        return False
+    try:
+        root = con.execute("SELECT warehouse_root FROM lumos_catalog").fetchone()[0]
+        names = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+    except duckdb.Error:
+        return False
+    finally:
+        con.close()
+    return root == str(layout.root) and set(VIEWS) <= names

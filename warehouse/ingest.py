@@ -1,0 +1,693 @@
+"""Ingest trace files into the warehouse: hash, skip what is known, parse, stage, commit.
+
+Steps for each file:
+  1. sha256 of the bytes (streamed). If the manifest's latest row for (job, sha256) exists, the
+     file is unchanged: nothing is written (a file refused before stays refused, and is reported).
+  2. The reader streams Arrow batches into a Parquet file in `<wh>/_staging/<run>/` (zstd, row
+     groups of about 1M rows). Parsing runs in a process pool when `workers > 1`.
+  3. Commit, under the warehouse's `flock`: re-read the manifest (another process may have
+     committed the same file meanwhile), refuse a second file claiming a (job, rank) already
+     held by other content, rename the events and trace_meta files into place, then append the
+     manifest rows as one atomically renamed part. The manifest is the commit point: the catalog's
+     views only show events of files with an `ok` manifest row, so a process killed between two
+     renames leaves nothing visible, and the next ingest deletes the orphans.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from warehouse.errors import TraceError
+from warehouse.jobs import (
+    PlannedFile,
+    job_from_trace,
+    plan_inputs,
+    provisional_rank,
+    resolve_job,
+    resolve_rank,
+)
+from warehouse.layout import PARQUET_COMPRESSION, SCHEMA_FILE, Layout, encode_job
+from warehouse.manifest import Manifest, append_rows, commit_lock, compact, read_manifest
+from warehouse.schema import EVENTS, TRACE_META
+
+__all__ = ["FileOutcome", "IngestProgress", "IngestReport", "ingest"]
+
+ROW_GROUP_ROWS = 1_000_000
+# A row group is flushed early when its buffered batches pass this size: bounds memory on traces
+# with huge `args`.
+ROW_GROUP_BYTES = 192 * 1024 * 1024
+HASH_CHUNK = 4 * 1024 * 1024
+# Results are committed in batches at most this far apart, so a killed ingest loses little.
+COMMIT_EVERY_S = 1.0
+# Dictionary-encode the repetitive strings only: on the free-text JSON columns the dictionary
+# overflows and costs 3x the write time for a bigger file (measured on df_index_resolver).
+# Marks a refusal caused by a bug rather than by the file: such files are retried on every ingest.
+INTERNAL_ERROR = "internal error while reading"
+_NO_DICTIONARY = {"args_json", "input_dims"}
+EVENT_DICTIONARY_COLUMNS = [
+    f.name for f in EVENTS if pa.types.is_string(f.type) and f.name not in _NO_DICTIONARY
+]
+
+
+@dataclass(frozen=True)
+class IngestProgress:
+    """Passed to the progress callback after each file."""
+
+    files_done: int
+    files_total: int
+    bytes_done: int
+    bytes_total: int
+    events_done: int
+    path: str
+
+
+@dataclass
+class FileOutcome:
+    """What happened to one input file.
+
+    `action` is 'ingested' (new events written), 'refused' (newly recorded as refused),
+    'unchanged' (already in the warehouse with this content: nothing written) or
+    'still refused' (refused before, unchanged, nothing written). `status` is the manifest status.
+    """
+
+    path: str
+    job: str
+    rank: int | None
+    sha256: str
+    size_bytes: int
+    action: str
+    status: str
+    error: str | None = None
+    n_events: int = 0
+    note: str = ""
+
+
+@dataclass
+class IngestReport:
+    warehouse: Path
+    files: list[FileOutcome] = field(default_factory=list)
+    jobs: dict[str, str] = field(default_factory=dict)  # job -> how its name was chosen
+    seconds: float = 0.0
+    catalog: Path | None = None
+
+    @property
+    def refused(self) -> list[FileOutcome]:
+        return [f for f in self.files if f.status == "refused"]
+
+    @property
+    def ingested(self) -> list[FileOutcome]:
+        return [f for f in self.files if f.action == "ingested"]
+
+    @property
+    def unchanged(self) -> list[FileOutcome]:
+        return [f for f in self.files if f.action in ("unchanged", "still refused")]
+
+    @property
+    def n_events(self) -> int:
+        return sum(f.n_events for f in self.ingested)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(f.size_bytes for f in self.files if f.action in ("ingested", "refused"))
+
+    def summary(self) -> str:
+        mb = self.bytes_read / 1e6
+        rate = ""
+        if self.seconds > 0 and self.n_events:
+            rate = f", {self.n_events / self.seconds:,.0f} events/s"
+        return (
+            f"{len(self.files)} file(s): {len(self.ingested)} ingested, "
+            f"{len(self.unchanged)} unchanged, {len(self.refused)} refused; "
+            f"{self.n_events:,} events from {mb:.1f} MB of files in {self.seconds:.2f} s{rate}"
+        )
+
+
+# ----------------------------------------------------------------------------- parsing (workers)
+
+
+@dataclass(frozen=True)
+class _Task:
+    index: int
+    planned: PlannedFile
+    sha256: str
+    staging: str
+
+
+@dataclass
+class _Staged:
+    """A parsed file waiting in staging (or the reason it was refused)."""
+
+    index: int
+    error: str | None = None
+    job: str = ""
+    job_source: str = ""
+    rank: int | None = None
+    rank_source: str | None = None
+    n_events: int = 0
+    events_tmp: str | None = None
+    meta_tmp: str | None = None
+    manifest: dict = field(default_factory=dict)
+
+
+def _meta_get(meta, name: str, default=None):
+    if isinstance(meta, dict):
+        return meta.get(name, default)
+    return getattr(meta, name, default)
+
+
+def _constant(value, n: int, type_: pa.DataType) -> pa.Array:
+    if pa.types.is_integer(type_):
+        return pa.array(np.full(n, value), type_)
+    return pa.array([value], type_).take(np.zeros(n, dtype=np.int32))
+
+
+def _with_keys(batch: pa.RecordBatch, job: str, rank: int, sha: str) -> pa.RecordBatch:
+    n = batch.num_rows
+    keys = [
+        _constant(job, n, pa.string()),
+        _constant(rank, n, pa.int32()),
+        _constant(sha, n, pa.string()),
+    ]
+    return pa.RecordBatch.from_arrays(keys + list(batch.columns), schema=EVENTS)
+
+
+class _RowGroupWriter:
+    """Buffers batches into ~1M-row row groups (pyarrow writes one row group per call)."""
+
+    def __init__(self, path: str) -> None:
+        self.writer = pq.ParquetWriter(
+            path, EVENTS, compression=PARQUET_COMPRESSION, use_dictionary=EVENT_DICTIONARY_COLUMNS
+        )
+        self.buf: list[pa.RecordBatch] = []
+        self.rows = 0
+        self.nbytes = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self.buf.append(batch)
+        self.rows += batch.num_rows
+        self.nbytes += batch.nbytes
+        if self.rows >= ROW_GROUP_ROWS or self.nbytes >= ROW_GROUP_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buf:
+            self.writer.write_table(pa.Table.from_batches(self.buf), row_group_size=ROW_GROUP_ROWS)
+        self.buf, self.rows, self.nbytes = [], 0, 0
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+
+def _restamp(path: str, job: str, rank: int) -> None:
+    """Rewrite a staged events file with the job/rank learnt from the trace's own metadata.
+
+    Only needed when the trace's top-level keys came after its events, or the trace named a job or
+    rank other than the file name suggested; done row group by row group (bounded memory).
+    """
+    src = pq.ParquetFile(path)
+    tmp = path + ".restamp"
+    with pq.ParquetWriter(
+        tmp, EVENTS, compression=PARQUET_COMPRESSION, use_dictionary=EVENT_DICTIONARY_COLUMNS
+    ) as writer:
+        for i in range(src.num_row_groups):
+            table = src.read_row_group(i)
+            n = table.num_rows
+            table = table.set_column(0, EVENTS.field("job"), _constant(job, n, pa.string()))
+            table = table.set_column(1, EVENTS.field("rank"), _constant(rank, n, pa.int32()))
+            writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+    src.close()
+    os.replace(tmp, path)
+
+
+def _early_keys(planned: PlannedFile, meta, fallback_rank: int) -> tuple[str, int]:
+    top_level = dict(_meta_get(meta, "top_level", {}) or {})
+    job = resolve_job(planned, top_level)[0]
+    try:
+        rank = resolve_rank(planned, None, top_level)[0]
+    except TraceError:
+        rank = fallback_rank
+    return job, rank
+
+
+def _parse_one(task: _Task) -> _Staged:
+    """Parse one file into staging. Runs in a worker process (or inline when workers == 1)."""
+    from warehouse.readers import open_trace
+
+    planned = task.planned
+    out = _Staged(task.index, job=planned.job)
+    base = Path(task.staging) / f"{task.index:06d}-{task.sha256[:16]}"
+    events_tmp, meta_tmp = str(base) + ".events.parquet", str(base) + ".meta.parquet"
+    job, rank = planned.job, provisional_rank(planned)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # bulk parsing allocates millions of objects; the cyclic GC costs 2-3x (notes §4)
+    writer = None
+    try:
+        trace = open_trace(planned.path)
+        writer = _RowGroupWriter(events_tmp)
+        n = 0
+        for batch in trace.batches():
+            if n == 0:
+                # Kineto writes its metadata before traceEvents, so the reader has usually seen
+                # distributedInfo by now: stamping the right job and rank avoids a rewrite.
+                job, rank = _early_keys(planned, trace.meta, rank)
+            n += batch.num_rows
+            writer.write(_with_keys(batch, job, rank, task.sha256))
+        writer.close()
+        writer = None
+        meta = trace.meta
+        top_level = dict(_meta_get(meta, "top_level", {}) or {})
+        out.job, out.job_source = resolve_job(planned, top_level)
+        out.rank, out.rank_source = resolve_rank(planned, _meta_get(meta, "rank"), top_level)
+        if (out.job, out.rank) != (job, rank):
+            _restamp(events_tmp, out.job, out.rank)
+        keys = sorted(top_level)
+        meta_table = pa.table(
+            {
+                "job": [out.job] * len(keys),
+                "rank": [out.rank] * len(keys),
+                "trace_sha256": [task.sha256] * len(keys),
+                "key": keys,
+                "value_json": [top_level[k] for k in keys],
+            },
+            schema=TRACE_META,
+        )
+        pq.write_table(meta_table, meta_tmp, compression=PARQUET_COMPRESSION)
+        n_events = _meta_get(meta, "n_events", n)
+        if n_events != n:
+            raise TraceError(planned.path, f"reader reported {n_events} events but yielded {n}")
+        out.n_events = n
+        out.events_tmp, out.meta_tmp = events_tmp, meta_tmp
+        schema_version = _meta_get(meta, "schema_version")
+        world_size = _meta_get(meta, "world_size")
+        out.manifest = {
+            "device": _meta_get(meta, "device"),
+            "world_size": None if world_size is None else int(world_size),
+            "schema_version": None if schema_version is None else str(schema_version),
+            "trace_format": _meta_get(meta, "trace_format"),
+            "first_ts_ns": _meta_get(meta, "first_ts_ns"),
+            "last_ts_ns": _meta_get(meta, "last_ts_ns"),
+        }
+    except TraceError as exc:
+        out.error = str(exc)
+    except Exception as exc:  # a reader bug must not abort a fleet ingest; it is recorded loudly
+        out.error = f"{planned.path}: {INTERNAL_ERROR} ({type(exc).__name__}: {exc})"
+    finally:
+        if writer is not None:
+            try:
+                writer.writer.close()
+            except Exception:
+                pass
+        if gc_was_enabled:
+            gc.enable()
+    if out.error:
+        out.n_events, out.events_tmp, out.meta_tmp = 0, None, None
+        for p in (events_tmp, meta_tmp, events_tmp + ".restamp"):
+            Path(p).unlink(missing_ok=True)
+        if out.rank_source is None:
+            out.rank = None
+    return out
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@contextmanager
+def _run_staging(layout: Layout) -> Iterator[Path]:
+    """A private staging folder, flock'ed for the life of this ingest so that other ingests can
+    tell a live run's folder from a dead one's."""
+    import fcntl
+
+    run = layout.staging_dir / f"run-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    run.mkdir(parents=True)
+    fd = os.open(run / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield run
+    finally:
+        os.close(fd)
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def _clean_stale_staging(layout: Layout) -> None:
+    """Remove staging folders of ingests that died (their lock is free)."""
+    import fcntl
+
+    if not layout.staging_dir.is_dir():
+        return
+    for run in layout.staging_dir.iterdir():
+        lock = run / ".lock"
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except FileNotFoundError:
+            # A folder without its lock is either being created right now or half-deleted;
+            # only remove it once it is old.
+            if run.is_dir() and time.time() - run.stat().st_mtime > 3600:
+                shutil.rmtree(run, ignore_errors=True)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # alive
+        finally:
+            os.close(fd)
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def _clean_orphans(layout: Layout, manifest: Manifest) -> int:
+    """Delete data files no `ok` manifest row points to (left by a commit killed half-way) and
+    temporary files of killed writes. Call under the commit lock."""
+    live = {
+        (encode_job(r["job"]), str(r["rank"]), r["sha256"])
+        for r in manifest.rows
+        if r["status"] == "ok"
+    }
+    removed = 0
+    for directory in (layout.events_dir, layout.trace_meta_dir, layout.manifest_dir):
+        if not directory.is_dir():
+            continue
+        for p in directory.rglob("*"):
+            if p.is_dir():
+                continue
+            if p.name.endswith(".tmp"):
+                p.unlink(missing_ok=True)
+                removed += 1
+                continue
+            if directory == layout.manifest_dir or p.name == SCHEMA_FILE:
+                continue
+            rel = p.relative_to(directory).parts
+            if len(rel) == 3 and rel[0].startswith("job=") and rel[1].startswith("rank="):
+                key = (rel[0][4:], rel[1][5:], p.name.removesuffix(".parquet"))
+                if key in live:
+                    continue
+            p.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _manifest_row(
+    *,
+    job: str,
+    rank: int | None,
+    path: Path,
+    sha256: str,
+    size: int,
+    status: str,
+    error: str | None,
+    n_events: int,
+    rank_source: str | None,
+    events_file: str | None,
+    extra: dict | None = None,
+) -> dict:
+    row = {
+        "job": job,
+        "rank": rank,
+        "path": str(path),
+        "sha256": sha256,
+        "size_bytes": size,
+        "status": status,
+        "error": error,
+        "n_events": n_events,
+        "rank_source": rank_source,
+        "events_file": events_file,
+        "ingested_at": datetime.now(UTC),
+    }
+    row.update(extra or {})
+    return row
+
+
+def _commit(
+    layout: Layout, batch: list[tuple[_Task, int, _Staged]], outcomes: dict[int, FileOutcome]
+) -> None:
+    """Move a batch of staged files into place and record them. Holds the commit lock."""
+    with commit_lock(layout):
+        manifest = read_manifest(layout)
+        rows: list[dict] = []
+        in_batch: dict[tuple[str, str], dict] = {}
+        rank_holder: dict[tuple[str, int], dict] = dict(manifest.ok_by_rank)
+        for task, size, staged in batch:
+            planned = task.planned
+            sha = task.sha256
+            job = staged.job
+            prev = in_batch.get((job, sha)) or manifest.get(job, sha)
+            outcome = FileOutcome(
+                str(planned.path), job, staged.rank, sha, size, "refused", "refused"
+            )
+            if staged.error is None:
+                holder = rank_holder.get((job, staged.rank))
+                if prev is not None and prev["status"] == "ok":
+                    outcome.action, outcome.status = "unchanged", "ok"
+                    outcome.n_events = prev["n_events"]
+                    outcome.note = f"same content already ingested from {prev['path']}"
+                    outcome.rank = prev["rank"]
+                    _discard(staged)
+                elif holder is not None and holder["sha256"] != sha:
+                    staged.error = (
+                        f"{planned.path}: job {job!r} rank {staged.rank} is already held by "
+                        f"{holder['path']} (sha256 {holder['sha256'][:12]}...) with different "
+                        "content; give this file another job (--job) or rank"
+                    )
+                    _discard(staged)
+                else:
+                    events = layout.events_file(job, staged.rank, sha)
+                    meta = layout.trace_meta_file(job, staged.rank, sha)
+                    events.parent.mkdir(parents=True, exist_ok=True)
+                    meta.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(staged.events_tmp, events)
+                    os.replace(staged.meta_tmp, meta)
+                    row = _manifest_row(
+                        job=job,
+                        rank=staged.rank,
+                        path=planned.path,
+                        sha256=sha,
+                        size=size,
+                        status="ok",
+                        error=None,
+                        n_events=staged.n_events,
+                        rank_source=staged.rank_source,
+                        events_file=layout.relative(events),
+                        extra=staged.manifest,
+                    )
+                    rows.append(row)
+                    in_batch[(job, sha)] = row
+                    rank_holder[(job, staged.rank)] = row
+                    outcome.action, outcome.status = "ingested", "ok"
+                    outcome.n_events = staged.n_events
+                    outcome.note = f"job from {staged.job_source}, rank from {staged.rank_source}"
+            if staged.error is not None:
+                outcome.error = staged.error
+                if (
+                    prev is not None
+                    and prev["status"] == "refused"
+                    and prev["error"] == staged.error
+                ):
+                    outcome.action = "still refused"
+                else:
+                    row = _manifest_row(
+                        job=job,
+                        rank=staged.rank,
+                        path=planned.path,
+                        sha256=sha,
+                        size=size,
+                        status="refused",
+                        error=staged.error,
+                        n_events=0,
+                        rank_source=staged.rank_source,
+                        events_file=None,
+                    )
+                    rows.append(row)
+                    in_batch[(job, sha)] = row
+            outcomes[task.index] = outcome
+        append_rows(layout, rows)  # the commit point: last
+        compact(layout)
+
+
+def _ingested_under_declared_job(layout: Layout, manifest: Manifest, sha: str) -> dict | None:
+    """The ok row of this content if it went to the job its trace names (which wins over the
+    path's job whenever --job is not given), so that re-ingesting it is recognised unparsed."""
+    for row in manifest.by_sha.get(sha, []):
+        if row["status"] != "ok":
+            continue
+        meta = layout.trace_meta_file(row["job"], row["rank"], sha)
+        try:
+            table = pq.read_table(meta, columns=["key", "value_json"])
+        except (OSError, pa.ArrowInvalid):
+            continue
+        keys, values = table.column("key").to_pylist(), table.column("value_json").to_pylist()
+        top_level = dict(zip(keys, values, strict=True))
+        if job_from_trace(top_level) == row["job"]:
+            return row
+    return None
+
+
+def _discard(staged: _Staged) -> None:
+    for p in (staged.events_tmp, staged.meta_tmp):
+        if p:
+            Path(p).unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def ingest(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    warehouse: str | os.PathLike[str] | None = None,
+    job: str | None = None,
+    workers: int = 1,
+    progress: Callable[[IngestProgress], None] | None = None,
+    build_catalog: bool = True,
+) -> IngestReport:
+    """Ingest trace files (or the trace files under directories) into `warehouse`.
+
+    Raises `warehouse.jobs.InputError` (before touching the warehouse) when an argument does not
+    exist or a directory holds no trace files. Refused files are recorded in the manifest and
+    listed in the report; they do not raise.
+    """
+    t0 = time.perf_counter()
+    if job is not None and not job.strip():
+        raise ValueError("--job cannot be empty")
+    planned = plan_inputs(list(paths), job)
+    layout = Layout.at(warehouse)
+    report = IngestReport(layout.root)
+
+    with commit_lock(layout):
+        layout.ensure()
+        _clean_stale_staging(layout)
+        _clean_orphans(layout, read_manifest(layout))
+
+    sizes = [p.path.stat().st_size for p in planned]
+    with ThreadPoolExecutor(max(1, workers)) as pool:  # hashlib releases the GIL
+        shas = list(pool.map(sha256_file, (p.path for p in planned)))
+
+    manifest = read_manifest(layout)
+    outcomes: dict[int, FileOutcome] = {}
+    todo: list[int] = []
+    for i, (p, sha) in enumerate(zip(planned, shas, strict=True)):
+        prev = manifest.get(p.job, sha)
+        if prev is None and not p.job_given:
+            prev = _ingested_under_declared_job(layout, manifest, sha)
+        if prev is None or (
+            prev["status"] == "refused" and INTERNAL_ERROR in (prev["error"] or "")
+        ):
+            todo.append(i)
+            continue
+        status = prev["status"]
+        outcomes[i] = FileOutcome(
+            str(p.path),
+            prev["job"],
+            prev["rank"],
+            sha,
+            sizes[i],
+            "unchanged" if status == "ok" else "still refused",
+            status,
+            prev["error"],
+            prev["n_events"] if status == "ok" else 0,
+            f"already in the warehouse (from {prev['path']})",
+        )
+
+    bytes_total = sum(sizes)
+    done_bytes = sum(sizes[i] for i in outcomes)
+    done_events = 0
+
+    files_done = len(outcomes)
+
+    def tick(i: int) -> None:
+        nonlocal done_bytes, files_done
+        done_bytes += sizes[i]
+        files_done += 1
+        if progress is not None:
+            progress(
+                IngestProgress(
+                    files_done,
+                    len(planned),
+                    done_bytes,
+                    bytes_total,
+                    done_events,
+                    str(planned[i].path),
+                )
+            )
+
+    ready: dict[int, _Staged] = {}
+    if todo:
+        with _run_staging(layout) as staging:
+            tasks = {i: _Task(i, planned[i], shas[i], str(staging)) for i in todo}
+            order = iter(todo)
+            next_i = next(order, None)
+            pending: list[tuple[_Task, int, _Staged]] = []
+            last_commit = time.monotonic()
+
+            def drain(force: bool) -> None:
+                # commit staged files in input order, so "the second file" of a rank clash is the
+                # later one on the command line whatever the worker timing
+                nonlocal next_i, last_commit
+                while next_i is not None and next_i in ready:
+                    pending.append((tasks[next_i], sizes[next_i], ready.pop(next_i)))
+                    next_i = next(order, None)
+                if pending and (force or time.monotonic() - last_commit >= COMMIT_EVERY_S):
+                    _commit(layout, pending, outcomes)
+                    pending.clear()
+                    last_commit = time.monotonic()
+
+            def received(staged: _Staged) -> None:
+                nonlocal done_events
+                ready[staged.index] = staged
+                done_events += staged.n_events
+                tick(staged.index)
+                drain(force=False)
+
+            if workers <= 1 or len(todo) == 1:
+                for i in todo:
+                    received(_parse_one(tasks[i]))
+            else:
+                import multiprocessing as mp
+
+                # spawn, not fork: the parent already runs Arrow's thread pools
+                ctx = mp.get_context("spawn")
+                with ProcessPoolExecutor(min(workers, len(todo)), mp_context=ctx) as pool:
+                    futures: list[Future] = [pool.submit(_parse_one, tasks[i]) for i in todo]
+                    for fut in as_completed(futures):
+                        received(fut.result())
+            drain(force=True)
+
+    report.files = [outcomes[i] for i in range(len(planned))]
+    for p, o in zip(planned, report.files, strict=True):
+        if o.status == "ok":
+            source = "given" if p.job_given else ("path" if o.job == p.job else "trace")
+        else:
+            source = "given" if p.job_given else "path"
+        report.jobs.setdefault(o.job, source)
+    if build_catalog:
+        # The views read globs, so new files need no rebuild: only a missing or moved catalog.
+        from warehouse.catalog import build_catalog as _build
+        from warehouse.catalog import catalog_is_current
+
+        if not catalog_is_current(layout.root):
+            _build(layout.root)
+    if layout.catalog_path.exists():
+        report.catalog = layout.catalog_path
+    report.seconds = time.perf_counter() - t0
+    return report

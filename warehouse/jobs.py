@@ -1,0 +1,172 @@
+"""Which job and which rank a trace file belongs to.
+
+Rules (applied in this order, the first that answers wins):
+
+Job
+  1. `--job NAME` given: every file named on the command line (or found under a named directory)
+     is a rank of NAME.
+  2. The trace names its job: `distributedInfo.job_name` / `job_id`, else a top-level `job_name`
+     or `mast_job_name` (what Meta's launcher writes).
+  3. A directory argument: each folder holding trace files is one job, named by its path from the
+     argument's own name (`kineto` for `.../dlrm_8rank/kineto`; `traces/hta/trace_diff/test` for
+     a file under `traces/` given as `traces`).
+  4. A file argument: the file's stem (`rank-3.Jul_15.pt.trace.json.gz` -> `rank-3.Jul_15`).
+
+Rank
+  1. `distributedInfo.rank`;
+  2. else a number in the file name (`rank-3`, `rank3`, `rank_3`, `worker3`, `worker_3`, ...);
+  3. else 0 when the file is the job's only file;
+  4. else the file is refused: a multi-file job needs to know which rank each file is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from warehouse.errors import TraceError
+from warehouse.layout import find_trace_files
+
+__all__ = [
+    "InputError",
+    "PlannedFile",
+    "job_from_trace",
+    "plan_inputs",
+    "rank_from_filename",
+    "resolve_job",
+    "resolve_rank",
+]
+
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_.]?(\d+)(?![0-9])", re.IGNORECASE)
+_TRACE_JOB_KEYS = ("job_name", "mast_job_name")
+_DIST_JOB_KEYS = ("job_name", "job_id")
+
+
+class InputError(TraceError):
+    """A command-line argument that yields nothing to ingest (missing path, no trace files)."""
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """One file to ingest and what is known about it before it is read."""
+
+    path: Path  # absolute
+    job: str  # the given job, or the fallback from the directory / file name
+    job_given: bool  # True when --job was given: the trace cannot override it
+    group_size: int  # number of files sharing this fallback job in this ingest
+
+
+def strip_trace_suffix(name: str) -> str:
+    """`worker0.123.pt.trace.json.gz` -> `worker0.123`."""
+    for suffix in (".gz", ".json", ".trace", ".pt"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def rank_from_filename(name: str) -> int | None:
+    """The rank written in a file name, or None. Only `rank`/`worker` followed by a number count."""
+    matches = _RANK_IN_NAME.findall(strip_trace_suffix(Path(name).name))
+    if len(set(matches)) != 1:
+        return None  # none, or ambiguous (`rank0_of_worker3`)
+    return int(matches[0])
+
+
+def plan_inputs(paths: list[str | Path], job: str | None = None) -> list[PlannedFile]:
+    """Expand the arguments into files with their fallback job. Raises `InputError` naming the
+    argument when it does not exist or holds no trace files; nothing is ingested in that case."""
+    groups: dict[str, list[Path]] = {}
+    seen: set[Path] = set()
+    for arg in paths:
+        p = Path(arg).expanduser()
+        if not p.exists():
+            raise InputError(p, "no such file or directory")
+        p = p.resolve()
+        if p.is_dir():
+            files = find_trace_files(p)
+            if not files:
+                raise InputError(p, "directory contains no trace files (*.json, *.json.gz)")
+            for f in files:
+                rel_parent = f.parent.relative_to(p)
+                name = p.name if rel_parent == Path(".") else f"{p.name}/{rel_parent.as_posix()}"
+                groups.setdefault(job or name, []).append(f)
+        elif p.is_file():
+            # A file named on the command line is read whatever its suffix: the reader says
+            # what it really is.
+            groups.setdefault(job or strip_trace_suffix(p.name) or p.name, []).append(p)
+        else:
+            raise InputError(p, "not a regular file or directory")
+    out = []
+    for name, files in groups.items():
+        unique = [f for f in dict.fromkeys(files) if f not in seen]
+        seen.update(unique)
+        for f in unique:
+            out.append(PlannedFile(f, name, job is not None, len(unique)))
+    return out
+
+
+def _parse(value: str | None):
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def job_from_trace(top_level: dict[str, str]) -> str | None:
+    """The job name a trace declares about itself, or None. `top_level` values are JSON text."""
+    dist = _parse(top_level.get("distributedInfo"))
+    if isinstance(dist, dict):
+        for key in _DIST_JOB_KEYS:
+            if isinstance(dist.get(key), str | int) and str(dist[key]).strip():
+                return str(dist[key]).strip()
+    for key in _TRACE_JOB_KEYS:
+        value = _parse(top_level.get(key))
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+def resolve_job(planned: PlannedFile, top_level: dict[str, str]) -> tuple[str, str]:
+    """(job, where it came from)."""
+    if planned.job_given:
+        return planned.job, "given"
+    declared = job_from_trace(top_level)
+    if declared:
+        return declared, "trace"
+    return planned.job, "path"
+
+
+def resolve_rank(
+    planned: PlannedFile, rank: int | None, top_level: dict[str, str]
+) -> tuple[int, str]:
+    """(rank, source) from the reader's rank (distributedInfo), else the file name, else 0 for a
+    one-file job. Raises TraceError for a file of a multi-file job whose rank cannot be known."""
+    if rank is None:
+        dist = _parse(top_level.get("distributedInfo"))
+        if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
+            rank = dist["rank"]
+    if rank is not None:
+        if not 0 <= rank < 2**31:
+            raise TraceError(planned.path, f"distributedInfo.rank {rank} is out of range")
+        return int(rank), "distributedInfo"
+    from_name = rank_from_filename(planned.path.name)
+    if from_name is not None:
+        return from_name, "file name"
+    if planned.group_size == 1:
+        return 0, "single file"
+    raise TraceError(
+        planned.path,
+        f"cannot tell which rank this file is: no distributedInfo.rank in the trace and no "
+        f"rank in the file name (e.g. rank-3, worker3), and job {planned.job!r} has "
+        f"{planned.group_size} files; rename it or ingest it alone",
+    )
+
+
+def provisional_rank(planned: PlannedFile) -> int:
+    """The rank to stamp on rows before the trace's own metadata is known (fixed up later)."""
+    r = rank_from_filename(planned.path.name)
+    return 0 if r is None else r

@@ -1,0 +1,193 @@
+"""Where everything lives inside a warehouse directory.
+
+    <wh>/events/job=<enc>/rank=<r>/<sha256>.parquet       one file per ingested trace
+    <wh>/trace_meta/job=<enc>/rank=<r>/<sha256>.parquet   its top-level keys (deviceProperties, ...)
+    <wh>/manifest/part-<time>-<uuid>.parquet              append-only manifest parts (schema TRACES)
+    <wh>/<table>/_schema.parquet                          0 rows, the table's schema: keeps the
+                                                          catalog's globs valid on an empty table
+    <wh>/_staging/<run>/                                  one ingest process's work in progress
+    <wh>/.commit.lock                                     flock held while committing
+    <wh>/lumos.duckdb                                     the catalog of views
+
+Job names are free text (they may contain `/`, spaces, `=`), so the `job=` directory holds an
+escaped form; the real name is stored inside every file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from warehouse.schema import EVENTS, TRACE_META, TRACES
+
+__all__ = [
+    "Layout",
+    "decode_job",
+    "default_warehouse",
+    "encode_job",
+    "find_trace_files",
+    "is_trace_file",
+    "write_parquet_atomic",
+]
+
+TRACE_SUFFIXES: tuple[str, ...] = (".json", ".json.gz")
+CATALOG_NAME = "lumos.duckdb"
+SCHEMA_FILE = "_schema.parquet"
+PARQUET_COMPRESSION = "zstd"
+
+# Characters kept as they are in a `job=` directory name; everything else is %XX-escaped (UTF-8),
+# which keeps the name reversible, portable and free of `/`.
+_SAFE = re.compile(r"[A-Za-z0-9._\-]")
+
+
+def encode_job(job: str) -> str:
+    """The directory-safe form of a job name (reversible with `decode_job`)."""
+    if not job:
+        raise ValueError("a job name cannot be empty")
+    out = []
+    for ch in job:
+        if _SAFE.fullmatch(ch):
+            out.append(ch)
+        else:
+            out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
+    text = "".join(out)
+    # `.` and `..` are not usable directory names
+    return text.replace(".", "%2E") if set(text) == {"."} else text
+
+
+def decode_job(encoded: str) -> str:
+    """Invert `encode_job`."""
+    from urllib.parse import unquote
+
+    return unquote(encoded, encoding="utf-8", errors="strict")
+
+
+def default_warehouse() -> Path:
+    """`$LUMOS_WAREHOUSE`, else `./lumos_warehouse`."""
+    return Path(os.environ.get("LUMOS_WAREHOUSE") or "lumos_warehouse")
+
+
+def is_trace_file(path: Path) -> bool:
+    """A non-hidden regular file named like a trace (`*.json`, `*.json.gz`, `*.pt.trace.json[.gz]`)."""
+    name = path.name
+    return not name.startswith(".") and name.lower().endswith(TRACE_SUFFIXES) and path.is_file()
+
+
+def find_trace_files(directory: Path) -> list[Path]:
+    """Trace files under `directory` at any depth, sorted, skipping hidden files and folders."""
+    directory = Path(directory)
+    out = []
+    for p in directory.rglob("*"):
+        rel = p.relative_to(directory).parts
+        if any(part.startswith(".") for part in rel):
+            continue
+        if is_trace_file(p):
+            out.append(p)
+    return sorted(out)
+
+
+def write_parquet_atomic(table: pa.Table, target: Path) -> None:
+    """Write `table` to a temporary file beside `target`, fsync it, then rename it into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        pq.write_table(table, tmp, compression=PARQUET_COMPRESSION)
+        fsync_path(tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_path(target.parent)
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (so a rename survives a crash of the machine, not just ours)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths of one warehouse. `root` is made absolute so that paths stay valid after a chdir."""
+
+    root: Path
+
+    @classmethod
+    def at(cls, root: str | os.PathLike[str] | None = None) -> Layout:
+        return cls(Path(root if root is not None else default_warehouse()).expanduser().resolve())
+
+    @property
+    def events_dir(self) -> Path:
+        return self.root / "events"
+
+    @property
+    def trace_meta_dir(self) -> Path:
+        return self.root / "trace_meta"
+
+    @property
+    def manifest_dir(self) -> Path:
+        return self.root / "manifest"
+
+    @property
+    def staging_dir(self) -> Path:
+        return self.root / "_staging"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / ".commit.lock"
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.root / CATALOG_NAME
+
+    def table_dirs(self) -> dict[str, tuple[Path, pa.Schema]]:
+        return {
+            "events": (self.events_dir, EVENTS),
+            "trace_meta": (self.trace_meta_dir, TRACE_META),
+            "traces": (self.manifest_dir, TRACES),
+        }
+
+    def events_file(self, job: str, rank: int, sha256: str) -> Path:
+        return self.events_dir / f"job={encode_job(job)}" / f"rank={rank}" / f"{sha256}.parquet"
+
+    def trace_meta_file(self, job: str, rank: int, sha256: str) -> Path:
+        return self.trace_meta_dir / f"job={encode_job(job)}" / f"rank={rank}" / f"{sha256}.parquet"
+
+    def new_manifest_part(self) -> Path:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        return self.manifest_dir / f"part-{stamp}-{uuid.uuid4().hex[:12]}.parquet"
+
+    def manifest_parts(self) -> list[Path]:
+        if not self.manifest_dir.is_dir():
+            return []
+        return sorted(self.manifest_dir.glob("part-*.parquet"))
+
+    def glob(self, table: str) -> str:
+        """The DuckDB glob of a table's Parquet files (its `_schema.parquet` included)."""
+        directory, _ = self.table_dirs()[table]
+        return str(directory / "**" / "*.parquet")
+
+    def relative(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def exists(self) -> bool:
+        return self.manifest_dir.is_dir()
+
+    def ensure(self) -> None:
+        """Create the directories and each table's empty `_schema.parquet` (idempotent)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.staging_dir.mkdir(exist_ok=True)
+        for directory, schema in self.table_dirs().values():
+            directory.mkdir(exist_ok=True)
+            marker = directory / SCHEMA_FILE
+            if not marker.exists():
+                write_parquet_atomic(schema.empty_table(), marker)

@@ -1,0 +1,116 @@
+"""The manifest: which files the warehouse has seen, and what became of each.
+
+It is stored as append-only Parquet parts (schema `TRACES`), each written to a temporary file and
+renamed, so a commit is one atomic rename. Commits happen under an exclusive `flock` on
+`<wh>/.commit.lock`, which serialises the read-check-write of concurrent ingests. The current state
+of a file is the latest row per (job, sha256); older rows stay as history (compaction keeps only
+the latest ones).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from warehouse.layout import Layout, write_parquet_atomic
+from warehouse.schema import TRACES
+
+__all__ = ["Manifest", "append_rows", "commit_lock", "compact", "read_manifest"]
+
+# Past this many parts, a commit merges them into one (reading many tiny files is slow).
+COMPACT_AFTER_PARTS = 64
+
+
+@contextmanager
+def commit_lock(layout: Layout) -> Iterator[None]:
+    """Hold the warehouse's exclusive commit lock (blocks until it is free)."""
+    layout.root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(layout.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+@dataclass
+class Manifest:
+    """The latest manifest row per (job, sha256), as plain dicts, with the lookups ingest needs."""
+
+    rows: list[dict]
+
+    def __post_init__(self) -> None:
+        self.by_key: dict[tuple[str, str], dict] = {(r["job"], r["sha256"]): r for r in self.rows}
+        self.by_sha: dict[str, list[dict]] = {}
+        self.ok_by_rank: dict[tuple[str, int], dict] = {}
+        for r in self.rows:
+            self.by_sha.setdefault(r["sha256"], []).append(r)
+            if r["status"] == "ok":
+                self.ok_by_rank[(r["job"], r["rank"])] = r
+
+    def get(self, job: str, sha256: str) -> dict | None:
+        return self.by_key.get((job, sha256))
+
+    def ok_files(self) -> set[str]:
+        """Relative paths of the events and trace_meta files that committed rows point to."""
+        out = set()
+        for r in self.rows:
+            if r["status"] == "ok" and r["events_file"]:
+                out.add(r["events_file"])
+        return out
+
+
+def read_table(layout: Layout) -> pa.Table:
+    """All manifest rows of all parts (history included), schema TRACES."""
+    parts = layout.manifest_parts()
+    if not parts:
+        return TRACES.empty_table()
+    tables = [pq.read_table(p, schema=TRACES) for p in parts]
+    return pa.concat_tables(tables)
+
+
+def read_manifest(layout: Layout) -> Manifest:
+    """The latest row per (job, sha256). Ties on `ingested_at` go to the later part file."""
+    latest: dict[tuple[str, str], dict] = {}
+    for row in read_table(layout).to_pylist():  # parts are in time order, rows in commit order
+        key = (row["job"], row["sha256"])
+        prev = latest.get(key)
+        if prev is None or row["ingested_at"] >= prev["ingested_at"]:
+            latest[key] = row
+    return Manifest(list(latest.values()))
+
+
+def append_rows(layout: Layout, rows: Sequence[dict]) -> Path | None:
+    """Append rows as one new part (atomic). Call under `commit_lock`."""
+    if not rows:
+        return None
+    table = pa.Table.from_pylist(list(rows), schema=TRACES)
+    part = layout.new_manifest_part()
+    write_parquet_atomic(table, part)
+    return part
+
+
+def compact(layout: Layout, *, min_parts: int = COMPACT_AFTER_PARTS) -> bool:
+    """Merge the parts into one holding the latest row per (job, sha256). Call under the lock.
+
+    The merged part is renamed in before the old parts are removed; a crash in between leaves
+    duplicate rows, which the latest-row rule resolves to the same answer.
+    """
+    parts = layout.manifest_parts()
+    if len(parts) < min_parts:
+        return False
+    rows = read_manifest(layout).rows
+    rows.sort(key=lambda r: (r["ingested_at"], r["job"], r["path"]))
+    merged = layout.new_manifest_part()
+    write_parquet_atomic(pa.Table.from_pylist(rows, schema=TRACES), merged)
+    for p in parts:
+        p.unlink(missing_ok=True)
+    return True
