@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "lumos.commands.groundtruth",
     "lumos.commands.opbench",
     "lumos.commands.opmodel",
+    "lumos.commands.replay",
 ]
 
 

@@ -80,15 +80,21 @@ def is_trace_file(path: Path) -> bool:
     return not name.startswith(".") and name.lower().endswith(TRACE_SUFFIXES) and path.is_file()
 
 
+# Files that live beside traces in a job folder and are never traces themselves: the ground-truth
+# trainer's `measured.json` (lumos.groundtruth). Given explicitly they are still read and refused.
+SIDECAR_NAMES = frozenset({"measured.json"})
+
+
 def find_trace_files(directory: Path) -> list[Path]:
-    """Trace files under `directory` at any depth, sorted, skipping hidden files and folders."""
+    """Trace files under `directory` at any depth, sorted, skipping hidden files and folders and
+    the known sidecar files (`SIDECAR_NAMES`)."""
     directory = Path(directory)
     out = []
     for p in directory.rglob("*"):
         rel = p.relative_to(directory).parts
         if any(part.startswith(".") for part in rel):
             continue
-        if is_trace_file(p):
+        if is_trace_file(p) and p.name not in SIDECAR_NAMES:
             out.append(p)
     return sorted(out)
 

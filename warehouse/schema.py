@@ -105,3 +105,118 @@ TRACE_META = pa.schema(
 )
 
 TABLES: dict[str, pa.Schema] = {"events": EVENTS, "traces": TRACES, "trace_meta": TRACE_META}
+
+# Operator and collective micro-benchmarks (`lumos opbench import`), one row per measured shape,
+# in the canonical columns of lumos.opmodel.features.SHAPE_COLUMNS (null where a file has none).
+# Durations are µs as the files give them: fwd_us/bwd_us for operators, dur_us for single-time
+# files (optimizer steps, collectives).
+OPBENCH_SHAPE_COLUMNS: list[str] = [
+    "mp",
+    "b",
+    "h",
+    "l",
+    "dim",
+    "encoders",
+    "num_layers",
+    "hidden_size",
+    "param_tensors",
+    "params",
+    "shape",
+    "nodes",
+    "gpus_per_node",
+]
+OPBENCH = pa.schema(
+    [
+        pa.field("device", pa.string(), nullable=False),  # the --device name given on import
+        pa.field("gpu", pa.string(), nullable=False),  # the GPU named in the file name
+        pa.field("operator", pa.string(), nullable=False),  # e.g. 'linear1', 'allreduce_large'
+        pa.field("op_class", pa.string(), nullable=False),  # gemm, attention, ..., collective
+        pa.field("precision", pa.string(), nullable=False),
+        pa.field("layout", pa.string()),  # collectives: '<nodes>_<GPUs per node>'
+        *[pa.field(c, pa.float64()) for c in OPBENCH_SHAPE_COLUMNS],
+        pa.field("fwd_us", pa.float64()),
+        pa.field("bwd_us", pa.float64()),
+        pa.field("dur_us", pa.float64()),
+        pa.field("source_file", pa.string(), nullable=False),  # path relative to the imported dir
+        pa.field("source_sha256", pa.string(), nullable=False),
+        pa.field("line", pa.int64(), nullable=False),  # 1-based line in the source file
+        pa.field("imported_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+TABLES["opbench"] = OPBENCH
+
+# Collectives matched across the ranks of a job (lumos.replay.collectives), one row per collective
+# kernel (or CPU collective op on CPU-only ranks) per rank. Times are int64 ns: raw on the rank's
+# own clock, and aligned to the clock of `clock_ref_rank` (aligned = raw - offset_ns).
+COLLECTIVES = pa.schema(
+    [
+        pa.field("job", pa.string(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("trace_sha256", pa.string(), nullable=False),
+        pa.field("event_idx", pa.int64(), nullable=False),  # the kernel's (or CPU op's) event
+        pa.field("kind", pa.string(), nullable=False),  # 'gpu' kernel | 'cpu' op (CPU-only ranks)
+        pa.field("kernel_name", pa.string()),
+        pa.field("stream", pa.int64()),
+        pa.field("group_key", pa.string(), nullable=False),  # 'pg=<name>', 'ranks=[..]', 'default'
+        pa.field("group_ranks", pa.string()),  # JSON list of the group's expected global ranks
+        pa.field("coll_index", pa.int64()),  # position in the group (the seq when traced)
+        pa.field("coll_id", pa.int64()),  # dense id per job of a matched collective, else null
+        pa.field("seq", pa.int64()),
+        pa.field("coll_name", pa.string()),
+        pa.field("args_source", pa.string()),  # kernel | record_param_comms | annotation | ...
+        pa.field("in_nelems", pa.int64()),
+        pa.field("out_nelems", pa.int64()),
+        pa.field("dtype", pa.string()),
+        pa.field("elem_bytes", pa.int64()),
+        pa.field("in_bytes", pa.int64()),
+        pa.field("group_size", pa.int64()),  # declared by the trace, else len(group_ranks)
+        pa.field("n_participants", pa.int64()),  # ranks of the group present in the warehouse
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("end_ns", pa.int64(), nullable=False),
+        pa.field("dur_ns", pa.int64(), nullable=False),
+        pa.field("offset_ns", pa.int64(), nullable=False),
+        pa.field("clock_ref_rank", pa.int32(), nullable=False),
+        pa.field("aligned_start_ns", pa.int64(), nullable=False),
+        pa.field("aligned_end_ns", pa.int64(), nullable=False),
+        pa.field("last_arrival_ns", pa.int64()),  # aligned; null unless every participant is here
+        pa.field("wait_ns", pa.int64()),  # waiting for peers; null when unknown
+        pa.field("transfer_ns", pa.int64()),  # dur_ns - wait_ns
+        pa.field("end_resid_ns", pa.int64()),  # aligned end minus the participants' median end
+        pa.field("status", pa.string(), nullable=False),  # see COLLECTIVE_STATUSES
+    ]
+)
+COLLECTIVE_STATUSES: tuple[str, ...] = ("matched", "partial", "single-rank", "unmatched", "p2p")
+
+TABLES["collectives"] = COLLECTIVES
+
+# Replay results (issue 3, lumos/replay/run.py): one Parquet file per job under <wh>/<table>/job=<enc>/.
+SCHEDULES = pa.schema(
+    [
+        pa.field("job", pa.string(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("mode", pa.string(), nullable=False),  # 'model' | 'identity'
+        pa.field("task", pa.int64(), nullable=False),  # tasks.task of that job and rank
+        pa.field("start_ns", pa.int64(), nullable=False),  # relative to the rank's origin
+        pa.field("end_ns", pa.int64(), nullable=False),
+        pa.field("crit_kind", pa.int8(), nullable=False),  # kernels.replay.Crit
+        pa.field("crit_src", pa.int64(), nullable=False),  # task that bound the end, -1 none
+    ]
+)
+TABLES["schedules"] = SCHEDULES
+
+ITERATION_REPLAY = pa.schema(
+    [
+        pa.field("job", pa.string(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("metric", pa.string(), nullable=False),  # 'cpu_step' | 'gpu_span' | 'period'
+        pa.field("measured_ns", pa.int64(), nullable=False),
+        pa.field("replayed_ns", pa.int64(), nullable=False),
+        pa.field("rel_error", pa.float64(), nullable=False),
+        pa.field("mode", pa.string(), nullable=False),  # 'model' | 'identity'
+        pa.field("warmup", pa.bool_(), nullable=False),
+        pa.field("truncated", pa.bool_(), nullable=False),
+    ]
+)
+TABLES["iteration_replay"] = ITERATION_REPLAY

@@ -1,0 +1,48 @@
+"""`lumos replay`: rebuild each job's execution graph, replay it, store and print the errors."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "replay",
+        help="replay every ingested job (or --job) and print replayed vs measured iterations",
+    )
+    p.add_argument("--job", action="append", help="job to replay (repeatable; default: all)")
+    p.add_argument("--warehouse", default=None, help="warehouse directory ($LUMOS_WAREHOUSE)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from lumos.api import WarehouseNotFound
+    from lumos.replay.run import run
+
+    try:
+        results = run(args.warehouse, args.job)
+    except (WarehouseNotFound, ValueError) as exc:
+        print(f"lumos replay: {exc}")
+        return 2
+    print(
+        f"{'job':<24} {'rank':>4} {'metric':<9} {'steps':>5} {'model med/max %':>16} "
+        f"{'identity med/max %':>19} {'slack ms':>9}"
+    )
+    for res in results:
+        q = res.tables["replay_quality"].to_pylist()
+        by = {(r["rank"], r["metric"], r["mode"]): r for r in q}
+        for rank, metric, mode in sorted(by):
+            if mode != "model":
+                continue
+            m = by[(rank, metric, "model")]
+            i = by.get((rank, metric, "identity"))
+            ident = (
+                f"{100 * i['median_rel_error']:.2f}/{100 * i['max_rel_error']:.2f}" if i else "-"
+            )
+            slack = (m["unexplained_slack_ns"] or 0) / 1e6
+            print(
+                f"{res.job:<24} {rank:>4} {metric:<9} {m['n_steps']:>5} "
+                f"{100 * m['median_rel_error']:>7.2f}/{100 * m['max_rel_error']:<8.2f} "
+                f"{ident:>19} {slack:>9.2f}"
+            )
+    return 0

@@ -1,0 +1,160 @@
+"""Pack one rank's `tasks` and `deps` rows into a `kernels.graph.ReplayGraph`.
+
+Two modes:
+
+* ``model``: every task keeps its traced duration (syncs their call cost only) and CPU tasks their
+  idle gap; no GPU task takes its start from the trace: a GPU task starts ``gap_ns`` after the
+  latest of its stream predecessor, its launch call + ``launch_lat_ns`` and its inter-stream
+  predecessors; syncs return ``sync_lat_ns`` after what they wait for. The one exception is a GPU
+  task launched before the capture began (no launch in the trace) that is first on its stream: it
+  starts at its traced offset, since nothing else can place it.
+* ``identity``: the same graph, plus one zero-length anchor task at time 0 on an extra thread and
+  an edge anchor -> GPU task whose latency is the task's traced offset (launch latency and gap 0):
+  every GPU task gets its traced start unless the graph forces it later. A consistency check only.
+
+``drop`` removes rule families for ablations: ``launch``, ``stream_wait`` (both the given and the
+inferred inter-stream edges), ``thread``, ``sync`` (runtime dependencies), ``gap`` (CPU idle
+gaps), ``queue`` (launch-queue back-pressure; applied by the caller through queue_depth=0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import numpy as np
+import pyarrow as pa
+
+from kernels.graph import Kind, ReplayGraph, Rt, csr_from_edges
+from lumos.replay.constants import DeviceConstants
+
+MODES = ("model", "identity")
+DROPPABLE = ("launch", "stream_wait", "thread", "sync", "gap", "queue")
+
+
+class BuildError(ValueError):
+    """The tables of a rank do not form a valid graph (names job and rank)."""
+
+
+def _col(t: pa.Table, name: str, fill: int = -1) -> np.ndarray:
+    return np.asarray(t.column(name).fill_null(fill).to_numpy(zero_copy_only=False), np.int64)
+
+
+def build_graph(
+    tasks: pa.Table,
+    deps: pa.Table,
+    consts: list[DeviceConstants],
+    *,
+    mode: str = "model",
+    drop: Collection[str] = (),
+    source: str = "graph",
+) -> ReplayGraph:
+    """One rank's graph. ``tasks`` sorted by task id 0..n-1; ``deps`` that rank's edges."""
+    if mode not in MODES:
+        raise BuildError(f"{source}: mode must be one of {MODES}, got {mode!r}")
+    bad = set(drop) - set(DROPPABLE)
+    if bad:
+        raise BuildError(f"{source}: cannot drop {sorted(bad)}; choose from {DROPPABLE}")
+    n = tasks.num_rows
+    task = _col(tasks, "task")
+    if not np.array_equal(task, np.arange(n)):
+        raise BuildError(f"{source}: task ids are not 0..{n - 1} in order")
+    proc = _col(tasks, "proc")
+    is_gpu = np.asarray(tasks.column("is_gpu").to_numpy(zero_copy_only=False), bool)
+    dev = _col(tasks, "dev")
+    ts = _col(tasks, "ts_ns")
+    kind = _col(tasks, "kind")
+    dur = _col(tasks, "model_dur_ns", 0)
+    rt_mode = _col(tasks, "rt_mode", 0)
+    rt_arg = _col(tasks, "rt_arg")
+    launch_src = _col(tasks, "launch_src")
+    gap = np.maximum(_col(tasks, "gap_ns", 0), 0)
+    device_of = {c.device: c for c in consts}
+    if not consts and is_gpu.any():
+        raise BuildError(f"{source}: GPU tasks but no replay constants")
+
+    n_procs = int(proc.max()) + 1 if n else 0
+    proc_device = np.full(n_procs, -1, np.int64)
+    proc_device[proc[is_gpu]] = dev[is_gpu]
+
+    # per-device constants through the dense device id
+    dense_dev = {}
+    for d_dense, d_raw in zip(dev[is_gpu], _col(tasks, "device")[is_gpu], strict=True):
+        dense_dev[int(d_dense)] = device_of.get(int(d_raw))
+    n_dev = max(dense_dev) + 1 if dense_dev else 0
+    gap_of = np.array([dense_dev[d].gap_ns for d in range(n_dev)], np.int64)
+    lat_of = np.array([dense_dev[d].launch_lat_ns for d in range(n_dev)], np.int64)
+    sync_lat = int(np.median([c.sync_lat_ns for c in consts])) if consts else 0
+
+    d_src = _col(deps, "src")
+    d_dst = _col(deps, "dst")
+    d_kind = np.asarray(deps.column("kind").to_numpy(zero_copy_only=False), dtype=object)
+    keep = np.ones(d_src.shape[0], bool)
+    if "launch" in drop:
+        keep &= d_kind != "launch"
+        launch_src = np.full(n, -1, np.int64)
+    if "stream_wait" in drop:
+        keep &= (d_kind != "stream_wait") & (d_kind != "stream_wait_inferred")
+    if "thread" in drop:
+        keep &= d_kind != "thread"
+    d_src, d_dst, d_kind = d_src[keep], d_dst[keep], d_kind[keep]
+    lat = np.zeros(d_src.shape[0], np.int64)
+
+    delay = np.where(is_gpu, 0, gap).astype(np.int64)
+    if "gap" in drop:
+        delay[~is_gpu] = 0
+    if "sync" in drop:
+        rt_mode = np.zeros(n, np.int64)
+        rt_arg = np.full(n, -1, np.int64)
+    rt_lat = np.where(np.isin(rt_mode, [Rt.STREAM, Rt.DEVICE, Rt.EVENT]), sync_lat, 0)
+
+    if mode == "model":
+        gpu_dev = np.where(is_gpu, dev, 0)
+        delay[is_gpu] = gap_of[gpu_dev[is_gpu]] if n_dev else 0
+        is_launch = d_kind == "launch"
+        lat[is_launch] = lat_of[dev[d_dst[is_launch]]]
+        # a GPU task whose launch is outside the capture: first on its stream -> traced offset
+        first_on_proc = np.ones(n, bool)
+        order = np.lexsort((task, proc))
+        first_on_proc[order[1:]] = proc[order[1:]] != proc[order[:-1]]
+        has_any_launch = np.zeros(n, bool)
+        has_any_launch[d_dst[is_launch]] = True
+        orphan = is_gpu & ~has_any_launch & first_on_proc
+        delay[orphan] = ts[orphan]
+        src_all, dst_all, lat_all = d_src, d_dst, lat
+        kinds_all = kind
+        proc_all, dur_all, proc_dev_all = proc, dur, proc_device
+        extra = {}
+    else:
+        anchor = n
+        gpu_ids = np.flatnonzero(is_gpu)
+        src_all = np.concatenate([d_src, np.full(gpu_ids.shape[0], anchor, np.int64)])
+        dst_all = np.concatenate([d_dst, gpu_ids])
+        lat_all = np.concatenate([lat, ts[gpu_ids]])
+        kinds_all = np.append(kind, int(Kind.CPU_OP))
+        proc_all = np.append(proc, n_procs)
+        dur_all = np.append(dur, 0)
+        proc_dev_all = np.append(proc_device, -1)
+        delay = np.append(delay, 0)
+        extra = {}
+        rt_mode = np.append(rt_mode, 0)
+        rt_arg = np.append(rt_arg, -1)
+        rt_lat = np.append(rt_lat, 0)
+        launch_src = np.append(launch_src, -1)
+    total = proc_all.shape[0]
+    ptr, src_sorted, lat_sorted = csr_from_edges(total, src_all, dst_all, lat_all)
+    return ReplayGraph.build(
+        proc=proc_all,
+        dur_ns=dur_all,
+        proc_device=proc_dev_all,
+        dep_ptr=ptr,
+        dep_src=src_sorted,
+        dep_lat_ns=lat_sorted,
+        delay_ns=delay,
+        kind=kinds_all,
+        launch_src=launch_src,
+        rt_mode=rt_mode,
+        rt_arg=rt_arg,
+        rt_lat_ns=rt_lat,
+        source=source,
+        **extra,
+    )

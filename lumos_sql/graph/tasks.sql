@@ -1,0 +1,170 @@
+-- tasks: every task of the job's graph (run after graph/base and after g_const was filled).
+--
+-- CPU: each top-level op is cut at the runtime calls it contains, so that a launch is its own task:
+-- op [a, e] holding calls [c1, d1], [c2, d2] gives pieces [a, c1], call 1, [d1, c2], call 2, [d2, e]
+-- (zero-length pieces dropped). A blocking copy (its call returns after its copy ends) becomes an
+-- `copy_issue` task (carries the launch; lasts min(call, the rank's median launch call)) and a
+-- `copy_wait` task (waits at runtime for the copy's stream), otherwise launch + wait form a cycle.
+-- GPU: kernels, memcpy, memset on their stream. Collectives (NCCL/RCCL kernels) get kind 14.
+--
+-- Ids: per rank, tasks are numbered by (ts, processor, end, sub): so every processor's queue is its
+-- tasks in traced order, as the replay kernel requires. Processors: CPU threads first (by pid,
+-- tid), then GPU streams (by device, stream); devices are numbered densely per rank.
+-- `gap_ns` is the idle time before a CPU task on its thread (the start offset from the rank's
+-- origin for the first task of a thread): graph/deps turns it into the replay delay.
+CREATE OR REPLACE TEMP TABLE g_rt_in AS
+SELECT r.*,
+       CASE WHEN r.ts_ns < g.end_ns THEN g.grp END AS grp,
+       g.ts_ns AS g_ts, g.event_idx AS g_idx, g.name AS g_name
+FROM g_rt1 AS r
+ASOF LEFT JOIN g_groups AS g
+  ON g.rank = r.rank AND g.pid = r.pid AND g.tid = r.tid AND g.ts_ns <= r.ts_ns;
+
+CREATE OR REPLACE TEMP TABLE g_cpu AS
+WITH pieces AS (
+    SELECT rank, pid, tid, g_idx AS event_idx, g_name AS name,
+           coalesce(lag(end_ns) OVER (PARTITION BY rank, pid, tid, grp ORDER BY ts_ns, event_idx),
+                    g_ts) AS ts_ns,
+           ts_ns AS end_ns
+    FROM g_rt_in WHERE grp IS NOT NULL
+    UNION ALL
+    SELECT g.rank, g.pid, g.tid, g.event_idx, g.name, coalesce(x.last_end, g.ts_ns), g.end_ns
+    FROM g_groups AS g
+    LEFT JOIN (SELECT rank, pid, tid, grp, max(end_ns) AS last_end
+               FROM g_rt_in WHERE grp IS NOT NULL GROUP BY ALL) AS x
+      USING (rank, pid, tid, grp)
+), calls AS (
+    SELECT r.*, c.launch_call_ns, c.sync_lat_ns
+    FROM g_rt_in AS r
+    LEFT JOIN g_const AS c ON c.rank = r.rank AND c.device = coalesce(r.t_device, r.l_device)
+)
+SELECT rank, pid, tid, event_idx, name, ts_ns, end_ns, 'op' AS role, 0 AS sub,
+       NULL::BIGINT AS correlation, NULL::BIGINT AS t_device, NULL::BIGINT AS t_stream,
+       end_ns - ts_ns AS model_dur_ns
+FROM pieces WHERE end_ns > ts_ns
+UNION ALL
+SELECT rank, pid, tid, event_idx, name, ts_ns, end_ns, role, 1, correlation, t_device, t_stream,
+       CASE WHEN role IN ('stream_sync', 'device_sync', 'event_sync')
+            THEN least(dur_ns, coalesce(sync_lat_ns, dur_ns)) ELSE dur_ns END
+FROM calls WHERE role <> 'blocking_copy'
+UNION ALL
+SELECT rank, pid, tid, event_idx, name, ts_ns,
+       ts_ns + least(dur_ns, coalesce(launch_call_ns, dur_ns)), 'copy_issue', 1,
+       correlation, t_device, t_stream, least(dur_ns, coalesce(launch_call_ns, dur_ns))
+FROM calls WHERE role = 'blocking_copy'
+UNION ALL
+SELECT rank, pid, tid, event_idx, name, ts_ns + least(dur_ns, coalesce(launch_call_ns, dur_ns)),
+       end_ns, 'copy_wait', 2, NULL, t_device, t_stream,
+       least(dur_ns - least(dur_ns, coalesce(launch_call_ns, dur_ns)),
+             coalesce(sync_lat_ns, dur_ns))
+FROM calls WHERE role = 'blocking_copy';
+
+CREATE OR REPLACE TEMP TABLE g_all AS
+SELECT rank, FALSE AS is_gpu, pid, tid, NULL::BIGINT AS device, NULL::BIGINT AS stream,
+       event_idx, name, role, sub, ts_ns, end_ns, model_dur_ns, correlation, t_device, t_stream,
+       NULL::BIGINT AS launch_corr, NULL::BIGINT AS corr_rank
+FROM g_cpu
+UNION ALL
+SELECT rank, TRUE, NULL, NULL, device, stream, event_idx, name,
+       CASE cat WHEN 'kernel' THEN 'kernel' WHEN 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END,
+       0, ts_ns, end_ns, dur_ns, NULL, device, stream, correlation, corr_rank
+FROM g_gpu;
+
+CREATE OR REPLACE TEMP TABLE g_tasks0 AS
+WITH p AS (
+    SELECT *,
+           dense_rank() OVER (PARTITION BY rank ORDER BY is_gpu, pid, tid, device, stream) - 1
+               AS proc,
+           CASE WHEN is_gpu THEN dense_rank() OVER (PARTITION BY rank, is_gpu ORDER BY device) - 1
+           END AS dev
+    FROM g_all
+)
+SELECT *,
+       row_number() OVER (PARTITION BY rank ORDER BY ts_ns, proc, end_ns, sub, event_idx) - 1 AS task,
+       min(ts_ns) OVER (PARTITION BY rank) AS origin_ns
+FROM p;
+
+-- dense device id of each (rank, device) and processor id of each stream
+CREATE OR REPLACE TEMP TABLE g_streams AS
+SELECT DISTINCT rank, device, stream, proc, dev FROM g_tasks0 WHERE is_gpu;
+
+CREATE OR REPLACE TEMP TABLE g_records AS
+SELECT t.rank, t.pid, t.tid, t.ts_ns, t.task
+FROM g_tasks0 AS t
+JOIN g_streams AS s ON s.rank = t.rank AND s.device = t.t_device AND s.stream = t.t_stream
+WHERE NOT t.is_gpu AND t.role = 'record';
+
+CREATE OR REPLACE TEMP TABLE tasks AS
+WITH ev_sync AS (
+    SELECT t.rank, t.task, r.task AS record_task
+    FROM (SELECT * FROM g_tasks0 WHERE role = 'event_sync') AS t
+    ASOF JOIN g_records AS r
+      ON r.rank = t.rank AND r.pid = t.pid AND r.tid = t.tid AND r.ts_ns < t.ts_ns
+), rank_dev AS (
+    SELECT rank, min(dev) AS dev FROM g_streams GROUP BY rank
+), launch AS (
+    SELECT g.rank, g.task AS gpu_task, c.task AS launch_task
+    FROM g_tasks0 AS g
+    JOIN g_tasks0 AS c
+      ON c.rank = g.rank AND c.correlation = g.launch_corr AND c.role IN ('launch', 'copy_issue')
+    WHERE g.is_gpu AND g.corr_rank = 1
+), m AS (
+    SELECT t.*,
+           s.proc AS t_proc, s.dev AS t_dev, e.record_task, rd.dev AS rank_dev
+    FROM g_tasks0 AS t
+    LEFT JOIN g_streams AS s
+      ON s.rank = t.rank AND s.device = t.t_device AND s.stream = t.t_stream
+    LEFT JOIN ev_sync AS e ON e.rank = t.rank AND e.task = t.task
+    LEFT JOIN rank_dev AS rd ON rd.rank = t.rank
+)
+SELECT
+    (SELECT any_value(job) FROM g_ev) AS job,
+    CAST(m.rank AS INTEGER) AS rank,
+    m.task,
+    m.proc,
+    m.is_gpu,
+    m.pid, m.tid, m.device, m.stream,
+    CAST(m.dev AS INTEGER) AS dev,
+    m.event_idx,
+    m.name,
+    m.role,
+    CAST(CASE
+        WHEN m.role = 'op' THEN 0
+        WHEN m.role IN ('launch', 'copy_issue') THEN 2
+        WHEN m.role IN ('stream_sync', 'device_sync', 'event_sync', 'copy_wait') THEN 3
+        WHEN m.role = 'record' AND m.t_proc IS NOT NULL THEN 4
+        WHEN m.role IN ('record', 'runtime', 'stream_wait') THEN 1
+        WHEN m.role = 'kernel' AND regexp_matches(m.name, '(?i)(nccl|rccl)') THEN 14
+        WHEN m.role = 'kernel' THEN 10
+        WHEN m.role = 'memcpy' THEN 11
+        ELSE 12
+    END AS TINYINT) AS kind,
+    m.ts_ns - m.origin_ns AS ts_ns,
+    m.end_ns - m.ts_ns AS dur_ns,
+    m.model_dur_ns,
+    -- runtime dependency: Rt code and argument (stream processor, dense device, record task)
+    CAST(CASE
+        WHEN m.role IN ('stream_sync', 'copy_wait') AND m.t_proc IS NOT NULL THEN 1
+        WHEN m.role = 'event_sync' AND m.record_task IS NOT NULL THEN 3
+        WHEN m.role IN ('device_sync', 'stream_sync', 'event_sync') AND m.rank_dev IS NOT NULL
+            THEN 2
+        WHEN m.role = 'record' AND m.t_proc IS NOT NULL THEN 4
+        ELSE 0
+    END AS TINYINT) AS rt_mode,
+    CASE
+        WHEN m.role IN ('stream_sync', 'copy_wait') AND m.t_proc IS NOT NULL THEN m.t_proc
+        WHEN m.role = 'event_sync' AND m.record_task IS NOT NULL THEN m.record_task
+        WHEN m.role IN ('device_sync', 'stream_sync', 'event_sync') AND m.rank_dev IS NOT NULL
+            THEN coalesce(m.t_dev, m.rank_dev)
+        WHEN m.role = 'record' AND m.t_proc IS NOT NULL THEN m.t_proc
+        ELSE -1
+    END AS rt_arg,
+    coalesce(l.launch_task, -1) AS launch_src,
+    coalesce(m.correlation, m.launch_corr) AS correlation,
+    CASE WHEN m.is_gpu THEN NULL
+         ELSE m.ts_ns - coalesce(lag(m.end_ns) OVER w, m.origin_ns) END AS gap_ns,
+    m.origin_ns
+FROM m
+LEFT JOIN launch AS l ON l.rank = m.rank AND l.gpu_task = m.task
+WINDOW w AS (PARTITION BY m.rank, m.proc ORDER BY m.task)
+ORDER BY m.rank, m.task;
