@@ -1,0 +1,35 @@
+"""The Dagster code location: merges the per-concern modules into one `Definitions`.
+
+Loaded by `dagster dev` / `dg` through `[tool.dagster] module_name` in pyproject.toml, and by the
+main job (`pipelines.main`) and the tests.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from pipelines.assets.catalog import warehouse_catalog
+from pipelines.assets.ingest import trace_events
+from pipelines.checks import trace_events_checks
+from pipelines.jobs import ingest_job
+from pipelines.resources import WarehouseResource
+from pipelines.schedules import nightly_ingest
+from pipelines.sensors import inbox_sensor
+
+ASSETS = [trace_events, warehouse_catalog]
+ASSET_CHECKS = [trace_events_checks]
+
+
+def build_definitions(resource: WarehouseResource | None = None) -> dg.Definitions:
+    """The definitions with a given warehouse/inbox (default: from the environment)."""
+    return dg.Definitions(
+        assets=ASSETS,
+        asset_checks=ASSET_CHECKS,
+        jobs=[ingest_job],
+        sensors=[inbox_sensor],
+        schedules=[nightly_ingest],
+        resources={"lumos": resource or WarehouseResource.from_env()},
+    )
+
+
+defs = build_definitions()

@@ -1,0 +1,21 @@
+"""`ingest_job`: ingest one job partition and rebuild the catalog, in one run.
+
+The in-process executor: both steps are small and sequential (the catalog waits for the ingest),
+so a subprocess per step would only add start-up cost; the parallelism is the process pool inside
+the ingest step.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from pipelines.assets.catalog import warehouse_catalog
+from pipelines.assets.ingest import trace_events
+
+ingest_job = dg.define_asset_job(
+    name="ingest_job",
+    selection=dg.AssetSelection.assets(trace_events, warehouse_catalog),
+    executor_def=dg.in_process_executor,
+    description="Ingest one training job's traces (a `trace_jobs` partition), check them, and "
+    "rebuild the DuckDB catalog.",
+)

@@ -1,0 +1,263 @@
+"""The Dagster wiring on a real instance and real traces: definitions load (in a subprocess, as
+`dagster dev` would), the ingestion asset and its checks materialise, a refused file fails a check
+visibly, the sensor registers new jobs once, the schedule requests what is missing, and the main
+job runs end to end.
+
+Expected values come from the bundled traces' README (dlrm_8rank: 8 files, ranks 0-7; nccl_a100:
+rank 0 of a 2-rank job) and from counting `traceEvents` with the standard `json` module.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from pipelines.assets.catalog import warehouse_catalog
+from pipelines.assets.ingest import TraceEventsConfig, job_files, trace_events
+from pipelines.checks import trace_events_checks
+from pipelines.definitions import defs
+from pipelines.partitions import TRACE_JOBS
+from pipelines.resources import WarehouseResource
+from pipelines.schedules import nightly_ingest
+from pipelines.sensors import inbox_sensor
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSETS = [trace_events, trace_events_checks, warehouse_catalog]
+
+
+def _count_events(path: Path) -> int:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return len(json.load(fh)["traceEvents"])
+
+
+@pytest.fixture()
+def inbox(tmp_path: Path, examples: Path) -> Path:
+    """A private copy of the bundled jobs (README and licences included: they must be ignored)."""
+    target = tmp_path / "inbox"
+    shutil.copytree(examples, target)
+    return target
+
+
+def _resources(inbox: Path, warehouse: Path) -> dict[str, object]:
+    return {"lumos": WarehouseResource(warehouse=str(warehouse), inbox=str(inbox))}
+
+
+def _checks(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+def test_definitions_load_with_the_dagster_cli(tmp_path: Path) -> None:
+    """What `dagster dev` does first: load `[tool.dagster] module_name` with our dagster.yaml."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(ROOT / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "dagster"), "definitions", "validate"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        "Validation successful for code location pipelines.definitions" in proc.stdout + proc.stderr
+    )
+
+    graph = defs.resolve_asset_graph()
+    assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {
+        "trace_events",
+        "warehouse_catalog",
+    }
+    assert {c.name for c in graph.asset_check_keys} == {
+        "ranks_complete",
+        "no_refused_files",
+        "has_events",
+    }
+    assert warehouse_catalog.op.pool == "catalog"
+    assert defs.resolve_sensor_def("inbox_sensor").job_name == "ingest_job"
+    assert defs.resolve_schedule_def("nightly_ingest").cron_schedule == "0 2 * * *"
+
+
+def test_trace_events_materialises_a_real_job_and_its_checks_pass(
+    inbox: Path, warehouse_dir: Path
+) -> None:
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(TRACE_JOBS, ["dlrm_8rank"])
+    result = dg.materialize(
+        ASSETS,
+        partition_key="dlrm_8rank",
+        instance=instance,
+        resources=_resources(inbox, warehouse_dir),
+    )
+    assert result.success
+    (mat,) = result.asset_materializations_for_node("trace_events")
+    meta = {k: v.value for k, v in mat.metadata.items()}
+    files = sorted((inbox / "dlrm_8rank").iterdir())
+    assert meta["files"] == meta["files_ingested"] == 8
+    assert meta["files_refused"] == 0
+    assert meta["ranks"] == "0,1,2,3,4,5,6,7"
+    assert meta["events"] == sum(_count_events(f) for f in files)
+    assert meta["bytes"] == sum(f.stat().st_size for f in files)
+
+    checks = _checks(result)
+    assert set(checks) == {"ranks_complete", "no_refused_files", "has_events"}
+    assert all(c.passed for c in checks.values()), checks
+    assert all(c.partition == "dlrm_8rank" for c in checks.values())
+    assert (warehouse_dir / "lumos.duckdb").is_file()
+    assert len(result.asset_materializations_for_node("warehouse_catalog")) == 1
+
+
+def test_refused_file_and_missing_rank_fail_checks_visibly(
+    inbox: Path, tmp_path: Path, warehouse_dir: Path
+) -> None:
+    # Files outside the inbox, given through the asset's config: rank 0 of a 2-rank job (bundled
+    # README) and a JSON file that is not a trace at all.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copyfile(inbox / "nccl_a100" / "nccl_data.json.gz", elsewhere / "rank0.json.gz")
+    (elsewhere / "rank1.json").write_text('{"not": "a trace"}', encoding="utf-8")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(TRACE_JOBS, ["partial"])
+    paths = [str(elsewhere / "rank0.json.gz"), str(elsewhere / "rank1.json")]
+    result = dg.materialize(
+        ASSETS,
+        partition_key="partial",
+        instance=instance,
+        resources=_resources(inbox, warehouse_dir),
+        run_config={"ops": {"trace_events": {"config": {"paths": paths}}}},
+    )
+    assert result.success  # failing checks do not fail the run: the catalog is still rebuilt
+    (mat,) = result.asset_materializations_for_node("trace_events")
+    assert mat.metadata["files_refused"].value == 1
+    assert "rank1.json" in mat.metadata["refused"].value
+    checks = _checks(result)
+    refused = checks["no_refused_files"]
+    assert not refused.passed and refused.severity == dg.AssetCheckSeverity.ERROR
+    assert "rank1.json" in refused.metadata["errors"].value
+    ranks = checks["ranks_complete"]
+    assert not ranks.passed and ranks.severity == dg.AssetCheckSeverity.WARN
+    assert ranks.metadata["ranks_missing"].value == "1"
+    assert checks["has_events"].passed
+    assert len(result.asset_materializations_for_node("warehouse_catalog")) == 1
+
+
+def test_a_job_missing_from_the_inbox_is_a_clear_failure(inbox: Path, tmp_path: Path) -> None:
+    resource = WarehouseResource(warehouse=str(tmp_path / "wh"), inbox=str(inbox))
+    assert len(job_files("dlrm_8rank", resource, TraceEventsConfig())) == 8
+    with pytest.raises(dg.Failure, match=r"job 'gone' has no trace files in inbox .*dlrm_8rank"):
+        job_files("gone", resource, TraceEventsConfig())
+
+
+def test_inbox_sensor_registers_new_jobs_once(inbox: Path, tmp_path: Path) -> None:
+    resources = _resources(inbox, tmp_path / "wh")
+    with dg.instance_for_test() as instance:
+
+        def tick(cursor: str | None):
+            # the daemon's part: evaluate, then apply the partition requests to the instance
+            context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources)
+            data = inbox_sensor(context)
+            for request in data.dynamic_partitions_requests or []:
+                instance.add_dynamic_partitions(request.partitions_def_name, request.partition_keys)
+            return data
+
+        first = tick(None)
+        assert sorted(r.partition_key for r in first.run_requests) == ["dlrm_8rank", "nccl_a100"]
+        assert sorted(instance.get_dynamic_partitions(TRACE_JOBS)) == ["dlrm_8rank", "nccl_a100"]
+
+        second = tick(first.cursor)
+        assert not second.run_requests
+        assert not second.dynamic_partitions_requests
+
+        # new jobs dropped into the inbox (a directory, a loose file): registered and requested,
+        # the others are not
+        shutil.copytree(inbox / "nccl_a100", inbox / "new_job")
+        shutil.copyfile(inbox / "nccl_a100" / "nccl_data.json.gz", inbox / "solo.pt.trace.json.gz")
+        third = tick(second.cursor)
+        assert sorted(r.partition_key for r in third.run_requests) == ["new_job", "solo"]
+        assert instance.has_dynamic_partition(TRACE_JOBS, "new_job")
+        assert instance.has_dynamic_partition(TRACE_JOBS, "solo")
+        assert not tick(third.cursor).run_requests
+
+        # a rank added to a known job: requested again, not registered again
+        shutil.copyfile(
+            inbox / "nccl_a100" / "nccl_data.json.gz", inbox / "new_job" / "rank1.json.gz"
+        )
+        fourth = tick(third.cursor)
+        assert [r.partition_key for r in fourth.run_requests] == ["new_job"]
+        assert not fourth.dynamic_partitions_requests
+
+
+def test_nightly_schedule_requests_jobs_not_yet_materialised() -> None:
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(TRACE_JOBS, ["a", "b"])
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(trace_events.key, partition="a")
+        )
+        when = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
+        repo = defs.get_repository_def()
+        data = nightly_ingest.evaluate_tick(
+            dg.build_schedule_context(
+                instance=instance, scheduled_execution_time=when, repository_def=repo
+            )
+        )
+        assert [r.partition_key for r in data.run_requests] == ["b"]
+
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(trace_events.key, partition="b")
+        )
+        data = nightly_ingest.evaluate_tick(
+            dg.build_schedule_context(
+                instance=instance, scheduled_execution_time=when, repository_def=repo
+            )
+        )
+        (only,) = data.run_requests
+        assert only.partition_key is None
+        assert only.asset_selection == [warehouse_catalog.key]
+
+
+def test_main_job_end_to_end_then_a_fast_no_op(tmp_path: Path, inbox: Path) -> None:
+    from pipelines.main import run_main
+
+    paths = {
+        "dagster_home": tmp_path / "dagster_home",
+        "warehouse": tmp_path / "wh",
+        "inbox": inbox,
+    }
+    out = io.StringIO()
+    first = run_main(**paths, out=out)
+    assert [o.job for o in first.outcomes] == ["dlrm_8rank", "nccl_a100"]
+    assert all(o.success for o in first.outcomes)
+    jobs = first.tables["jobs"].set_index("job")
+    assert jobs.loc["dlrm_8rank", "ranks"] == 8
+    assert jobs.loc["nccl_a100", "ranks"] == 1
+    expected = {
+        "dlrm_8rank": sum(_count_events(f) for f in (inbox / "dlrm_8rank").iterdir()),
+        "nccl_a100": _count_events(inbox / "nccl_a100" / "nccl_data.json.gz"),
+    }
+    assert jobs["events"].to_dict() == expected
+    categories = first.tables["categories"]
+    assert {job: int(categories[job].sum()) for job in expected} == expected
+    assert "dlrm_8rank" in out.getvalue() and "events per category" in out.getvalue()
+
+    # the runs and partitions are in the persistent instance that `dagster dev` would show
+    instance = dg.DagsterInstance.from_config(str(paths["dagster_home"]))
+    assert sorted(instance.get_dynamic_partitions(TRACE_JOBS)) == ["dlrm_8rank", "nccl_a100"]
+    assert len(instance.get_runs()) == 2
+    assert instance.get_materialized_partitions(trace_events.key) == {"dlrm_8rank", "nccl_a100"}
+
+    second = run_main(**paths, out=io.StringIO())
+    assert all(o.metadata["files_ingested"] == 0 for o in second.outcomes)
+    assert second.tables["jobs"]["events"].to_list() == jobs["events"].to_list()
