@@ -1,0 +1,178 @@
+"""Ingestion benchmark: lumos against HolisticTraceAnalysis's loader and plain orjson.loads.
+
+    .venv/bin/python bench/ingest.py [--runs 3] [--target-gb 1.0] [--no-hta-large]
+
+Inputs: the largest shared trace (hta/df_index_resolver, 54 MB of JSON) and a ~1 GB trace made
+by repeating its events (written, uncompressed, to a temp dir, never into the repo). Each
+contender runs in its own subprocess; its wall time and peak RSS (ru_maxrss of that process)
+are taken, and the medians over --runs are printed with the ratios ours / HTA and ours / orjson.
+Contenders: `lumos ingest` end to end (Parquet written), the lumos reader alone (Arrow batches),
+HTA 0.5.0 `parse_trace_dataframe` (the `bench` extra), `orjson.loads` of the file's bytes.
+Not a test; not run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from isal import igzip
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("LUMOS_SHARED", ROOT.parent / "shared")) / "traces"
+SOURCE = SHARED / "hta/df_index_resolver/df_index_resolver.json.gz"
+
+# Each runner prints one JSON line {"events": n}; the harness measures time and RSS around it.
+_READER = """
+import sys
+from warehouse.readers import open_trace
+n = sum(b.num_rows for b in open_trace(sys.argv[1]).batches())
+print(n)
+"""
+# The CPU time of the child (user + sys) is reported too: the machine is shared, and the targets
+# are per core, so MB per CPU-second is the figure that does not depend on other people's load.
+_HTA = """
+import sys, logging
+logging.disable(logging.WARNING)
+from hta.common.trace_parser import parse_trace_dataframe
+from hta.configs.parser_config import ParserConfig
+meta, df, symbols = parse_trace_dataframe(sys.argv[1], ParserConfig.get_default_cfg())
+print(len(df))
+"""
+_ORJSON = """
+import sys, orjson
+with open(sys.argv[1], 'rb') as f:
+    doc = orjson.loads(f.read())
+print(len(doc["traceEvents"]))
+"""
+# Runs a command and reports its wall time and its peak RSS (the only child: RUSAGE_CHILDREN).
+_HARNESS = """
+import json, resource, subprocess, sys, time
+t = time.perf_counter()
+out = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+wall = time.perf_counter() - t
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+rss = ru.ru_maxrss * 1024
+print(json.dumps({"rc": out.returncode, "wall": wall, "rss": rss, "cpu": ru.ru_utime + ru.ru_stime,
+                  "stdout": out.stdout[-2000:], "stderr": out.stderr[-2000:]}))
+"""
+
+
+def make_inputs(tmp: Path, target_gb: float) -> dict[str, tuple[Path, int, int]]:
+    """{label: (path, uncompressed bytes, events)} for the source trace and its repetition."""
+    text = igzip.open(SOURCE).read()
+    small = tmp / "df_index_resolver.json"
+    small.write_bytes(text)
+    key = text.index(b'"traceEvents"')
+    start = text.index(b"{", text.index(b"[", key))
+    end = text.rindex(b"]")
+    end = text.rindex(b"}", 0, end) + 1
+    region = text[start:end]
+    n_events = len(json.loads(text)["traceEvents"])
+    copies = max(1, round(target_gb * 1e9 / len(region)))
+    big = tmp / f"df_index_resolver_x{copies}.json"
+    with open(big, "wb") as f:
+        f.write(text[:start])
+        for k in range(copies):
+            if k:
+                f.write(b",\n")
+            f.write(region)
+        f.write(text[end:])
+    return {
+        "54MB": (small, len(text), n_events),
+        f"{big.stat().st_size / 1e9:.2f}GB": (big, big.stat().st_size, n_events * copies),
+    }
+
+
+def run(cmd: list[str]) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", _HARNESS, *cmd], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)
+
+
+def lumos_cmd(path: Path, wh: Path) -> list[str]:
+    exe = Path(sys.executable).parent / "lumos"
+    return [str(exe), "ingest", str(path), "--job", "bench", "--warehouse", str(wh), "-q"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--target-gb", type=float, default=1.0)
+    ap.add_argument("--no-hta-large", action="store_true", help="skip HTA on the large trace")
+    args = ap.parse_args()
+    py = sys.executable
+    tmp = Path(tempfile.mkdtemp(prefix="lumos-bench-"))
+    try:
+        inputs = make_inputs(tmp, args.target_gb)
+        results: dict[tuple[str, str], dict] = {}
+        for label, (path, size, n_events) in inputs.items():
+            contenders = {
+                "lumos ingest": None,
+                "lumos reader": [py, "-c", _READER, str(path)],
+                "HTA 0.5.0": [py, "-c", _HTA, str(path)],
+                "orjson.loads": [py, "-c", _ORJSON, str(path)],
+            }
+            if args.no_hta_large and label != "54MB":
+                contenders.pop("HTA 0.5.0")
+            for name, cmd in contenders.items():
+                walls, rsss, cpus = [], [], []
+                for r in range(args.runs):
+                    if name == "lumos ingest":
+                        wh = tmp / f"wh-{label}-{r}"
+                        cmd = lumos_cmd(path, wh)
+                    res = run(cmd)
+                    if name == "lumos ingest":
+                        shutil.rmtree(tmp / f"wh-{label}-{r}", ignore_errors=True)
+                    if res["rc"] != 0:
+                        print(f"{name} on {label} failed: {res['stderr'][-500:]}", file=sys.stderr)
+                        break
+                    walls.append(res["wall"])
+                    cpus.append(res["cpu"])
+                    rsss.append(res["rss"])
+                if not walls:
+                    continue
+                wall = statistics.median(walls)
+                cpu = statistics.median(cpus)
+                results[(label, name)] = {
+                    "wall_s": wall,
+                    "cpu_s": cpu,
+                    "events_per_s": n_events / cpu,  # per CPU-second, i.e. per core
+                    "mb_per_s": size / cpu / 1e6,
+                    "wall_mb_per_s": size / wall / 1e6,
+                    "peak_rss_mb": max(rsss) / 1e6,
+                    "runs": len(walls),
+                }
+                r = results[(label, name)]
+                print(
+                    f"{label:>7} {name:<13} cpu {cpu:7.2f} s wall {wall:7.2f} s "
+                    f"{r['events_per_s'] / 1e3:7.0f} kev/s/core {r['mb_per_s']:6.1f} MB/s/core "
+                    f"(wall {r['wall_mb_per_s']:6.1f} MB/s)  peak RSS {r['peak_rss_mb']:6.0f} MB  "
+                    f"(median of {len(walls)})",
+                    flush=True,
+                )
+        print()
+        for label in inputs:
+            for ours in ("lumos ingest", "lumos reader"):
+                o = results.get((label, ours))
+                if o is None:
+                    continue
+                for peer in ("HTA 0.5.0", "orjson.loads"):
+                    p = results.get((label, peer))
+                    if p:
+                        ratio = o["events_per_s"] / p["events_per_s"]
+                        print(f"{label:>7} {ours} / {peer}: {ratio:5.2f}x events per CPU-second")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Bad input to the readers: each case raises the right TraceError, naming the file.
+
+Inputs are built in tmp_path from the bundled real traces (so these run without ../shared), except
+the real non-Kineto files, which come from ../shared/traces.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from warehouse.errors import MalformedTrace, NotKinetoTrace, TraceError
+from warehouse.readers import open_trace, sniff
+
+SMALL = "dlrm_8rank/worker0_step_12.1694128201545.pt.trace.json.gz"
+LARGER = "nccl_a100/nccl_data.json.gz"
+
+
+def read(path: Path, chunk_bytes: int = 32 << 20) -> int:
+    trace = open_trace(path, chunk_bytes=chunk_bytes)
+    return sum(b.num_rows for b in trace.batches())
+
+
+def expect(err_type: type[TraceError], path: Path, *words: str, chunk_bytes: int = 32 << 20):
+    with pytest.raises(err_type) as info:
+        read(path, chunk_bytes)
+    msg = str(info.value)
+    assert str(path) in msg
+    for w in words:
+        assert w in msg, msg
+    return msg
+
+
+@pytest.fixture()
+def real_text(examples: Path) -> str:
+    return gzip.decompress((examples / SMALL).read_bytes()).decode()
+
+
+def _with_event(tmp_path: Path, text: str, change, name: str = "bad.json") -> Path:
+    doc = json.loads(text)
+    change(doc["traceEvents"])
+    p = tmp_path / name
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    p = tmp_path / "empty.json"
+    p.write_bytes(b"")
+    expect(NotKinetoTrace, p, "empty")
+    assert "empty" in sniff(p)
+
+
+def test_empty_gzip(tmp_path: Path) -> None:
+    p = tmp_path / "empty.json.gz"
+    p.write_bytes(gzip.compress(b""))
+    expect(NotKinetoTrace, p, "empty")
+
+
+def test_truncated_gzip(examples: Path, tmp_path: Path) -> None:
+    data = (examples / LARGER).read_bytes()
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(data[: len(data) // 2])
+    expect(MalformedTrace, p, "gzip")
+
+
+def test_corrupt_gzip(examples: Path, tmp_path: Path) -> None:
+    data = bytearray((examples / SMALL).read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
+    p = tmp_path / "corrupt.json.gz"
+    p.write_bytes(bytes(data))
+    expect(MalformedTrace, p)
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.6, 0.999])
+def test_truncated_json(real_text: str, tmp_path: Path, fraction: float) -> None:
+    p = tmp_path / "cut.json"
+    p.write_text(real_text[: int(len(real_text) * fraction)])
+    expect(MalformedTrace, p, "truncated")
+    expect(MalformedTrace, p, "truncated", chunk_bytes=4096)
+
+
+def test_binary_garbage(tmp_path: Path) -> None:
+    p = tmp_path / "garbage.bin"
+    p.write_bytes(random.Random(7).randbytes(5000))
+    expect(NotKinetoTrace, p, "binary")
+    assert "binary" in sniff(p)
+
+
+def test_non_utf8_bytes(real_text: str, tmp_path: Path) -> None:
+    i = real_text.index('"name": "') + len('"name": "')
+    data = real_text[:i].encode() + b"\xff\xfe" + real_text[i:].encode()
+    p = tmp_path / "latin.json"
+    p.write_bytes(data)
+    expect(MalformedTrace, p, "UTF-8")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("ts", "1694128201426556", ["event 5", "ts", "string"]),
+        ("ts", True, ["event 5", "ts", "boolean"]),
+        ("ts", {"us": 1}, ["event 5", "ts", "object"]),
+        ("dur", "12", ["event 5", "dur", "string"]),
+        ("ts", 2**64 + 1, ["event 5", "ts", "64-bit"]),
+        ("pid", 2**64 + 1, ["event 5", "pid", "64-bit"]),
+        ("pid", 1.5, ["event 5", "pid", "not an integer"]),
+        ("name", 17, ["event 5", "name", "not a string"]),
+    ],
+)
+def test_wrong_types(real_text: str, tmp_path: Path, field: str, value, words: list[str]) -> None:
+    def change(events: list) -> None:
+        events[5][field] = value
+
+    p = _with_event(tmp_path, real_text, change)
+    expect(MalformedTrace, p, *words)
+
+
+def test_integer_above_2_64_in_a_promoted_arg(real_text: str, tmp_path: Path) -> None:
+    def change(events: list) -> None:
+        k = next(i for i, e in enumerate(events) if "correlation" in e.get("args", {}))
+        events[k]["args"]["correlation"] = 2**64 + 7
+
+    p = _with_event(tmp_path, real_text, change)
+    expect(MalformedTrace, p, "correlation", "64-bit")
+
+
+def test_uint64_in_other_args_is_kept(real_text: str, tmp_path: Path) -> None:
+    def change(events: list) -> None:
+        events[3].setdefault("args", {})["Comms Id"] = 2**64 - 5
+
+    p = _with_event(tmp_path, real_text, change)
+    table = open_trace(p).read_all()
+    assert str(2**64 - 5) in table.column("args_json")[3].as_py()
+
+
+def test_missing_trace_events(real_text: str, tmp_path: Path) -> None:
+    doc = json.loads(real_text)
+    doc["events"] = doc.pop("traceEvents")
+    p = tmp_path / "no_events.json"
+    p.write_text(json.dumps(doc))
+    expect(NotKinetoTrace, p, "without traceEvents")
+
+
+def test_json_array(tmp_path: Path, real_text: str) -> None:
+    p = tmp_path / "array.json"
+    p.write_text(json.dumps(json.loads(real_text)["traceEvents"]))
+    expect(NotKinetoTrace, p, "array")
+
+
+def test_event_that_is_not_an_object(real_text: str, tmp_path: Path) -> None:
+    def change(events: list) -> None:
+        events[2] = [1, 2]
+
+    p = _with_event(tmp_path, real_text, change)
+    expect(MalformedTrace, p, "element 2", "not an object")
+
+
+def test_trailing_garbage(real_text: str, tmp_path: Path) -> None:
+    p = tmp_path / "tail.json"
+    p.write_text(real_text + "\n]junk")
+    expect(MalformedTrace, p, "after the closing brace")
+
+
+def test_invalid_json_inside_an_event(real_text: str, tmp_path: Path) -> None:
+    i = real_text.index('"ph": "X"')
+    p = tmp_path / "syntax.json"
+    p.write_text(real_text[:i] + '"ph": "X",,' + real_text[i + len('"ph": "X",') :])
+    expect(MalformedTrace, p, "invalid JSON")
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(NotKinetoTrace, match="no such file"):
+        open_trace(tmp_path / "nope.json")
+    with pytest.raises(NotKinetoTrace, match="directory"):
+        open_trace(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("rel", "words"),
+    [
+        ("hta/execution_trace/benchmark_simple_add_et.json.gz", ["host execution trace", "1.0.1"]),
+        ("chakra/1.0.2-chakra.0.0.4.json.gz", ["host execution trace", "chakra"]),
+        ("hta/memory_analysis/memory_timeline.raw.gz", ["memory timeline"]),
+    ],
+)
+def test_real_files_that_are_not_kineto(shared_traces: Path, rel: str, words: list[str]) -> None:
+    path = shared_traces / rel
+    msg = expect(NotKinetoTrace, path, *words)
+    assert words[0] in sniff(path), msg

@@ -1,0 +1,191 @@
+"""Exact JSON number text → int64, vectorised over value spans (numba).
+
+`ts` in a Kineto trace is microseconds written as an integer or as decimal text such as
+`1712345678901234.567`; a float64 holds only ~15.9 significant digits, so at epoch scale it drops
+the nanoseconds (field-notes §3). Here the digits are read as an integer mantissa and shifted by
+an exact power of ten (`scale` = 3 turns µs into ns). Digits below the unit are rounded half to
+even (Kineto writes at most 3 decimals, so this never happens on real traces).
+
+The input is the trace text and, per row, the span [start, end) of a value found by `walker`
+(start -1: the key is absent). The text is already known to be valid JSON.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+# Error codes (the parse stops at the first error and reports its row).
+E_STRING = 1
+E_BOOL = 2
+E_CONTAINER = 3
+E_OVERFLOW = 4
+E_NOT_INT = 5
+
+ERROR_TEXT = {
+    E_STRING: "is a string, expected a number",
+    E_BOOL: "is a boolean, expected a number",
+    E_CONTAINER: "is an object or array, expected a number",
+    E_OVERFLOW: "does not fit in a signed 64-bit integer",
+    E_NOT_INT: "is not an integer",
+}
+
+# How a column treats values that are not plain numbers.
+M_NUMBER = 0  # ts/dur: a number or null, anything else is an error
+M_LABEL = 1  # pid/tid: an integer, or a string whose first integer is taken ("stream 7" → 7)
+M_LENIENT = 2  # promoted args: integers and int-like strings ("7", "0x0"); anything else → null
+
+_INT64_MAX = np.int64(9223372036854775807)
+_POW10 = np.array([10**k for k in range(19)], dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def _number(buf, a, b, scale):  # pragma: no cover - numba
+    """Parse the JSON number buf[a:b] × 10**scale. Returns (value, code, is_integer_text)."""
+    p = a
+    neg = False
+    if buf[p] == 45:
+        neg = True
+        p += 1
+    mant = np.int64(0)
+    while p < b and 48 <= buf[p] <= 57:
+        d = buf[p] - 48
+        if mant > (_INT64_MAX - d) // 10:
+            return np.int64(0), E_OVERFLOW, True
+        mant = mant * 10 + d
+        p += 1
+    frac = 0
+    exp = 0
+    is_int = True
+    if p < b and buf[p] == 46:
+        is_int = False
+        p += 1
+        f0 = p
+        while p < b and 48 <= buf[p] <= 57:
+            d = buf[p] - 48
+            if mant > (_INT64_MAX - d) // 10:
+                return np.int64(0), E_OVERFLOW, False
+            mant = mant * 10 + d
+            p += 1
+        frac = p - f0
+    if p < b and (buf[p] == 101 or buf[p] == 69):
+        is_int = False
+        p += 1
+        eneg = False
+        if buf[p] == 43 or buf[p] == 45:
+            eneg = buf[p] == 45
+            p += 1
+        while p < b and 48 <= buf[p] <= 57:
+            if exp < 100000:
+                exp = exp * 10 + (buf[p] - 48)
+            p += 1
+        if eneg:
+            exp = -exp
+    shift = scale + exp - frac
+    if mant == 0:
+        v = np.int64(0)
+    elif shift >= 0:
+        if shift > 18:
+            return np.int64(0), E_OVERFLOW, is_int
+        m = _POW10[shift]
+        if mant > _INT64_MAX // m:
+            return np.int64(0), E_OVERFLOW, is_int
+        v = mant * m
+    elif -shift > 18:
+        v = np.int64(0)  # mant < 2**63 < 10**19 / 2: rounds to zero
+    else:
+        m = _POW10[-shift]
+        q = mant // m
+        r = mant - q * m
+        if 2 * r > m or (2 * r == m and (q & 1) == 1):
+            q += 1
+        v = q
+    return (-v if neg else v), 0, is_int
+
+
+@numba.njit(cache=True, nogil=True)
+def _int_in_string(buf, a, b, hex_ok):  # pragma: no cover - numba
+    """The first integer inside the string content buf[a:b]; (value, found, overflow)."""
+    p = a
+    if hex_ok:
+        # the whole content must be an integer: decimal or 0x-hex, optional sign
+        q = a
+        neg = False
+        if q < b and (buf[q] == 45 or buf[q] == 43):
+            neg = buf[q] == 45
+            q += 1
+        if q + 1 < b and buf[q] == 48 and (buf[q + 1] == 120 or buf[q + 1] == 88):
+            q += 2
+            if q == b:
+                return np.int64(0), False, False
+            v = np.int64(0)
+            while q < b:
+                c = buf[q]
+                if 48 <= c <= 57:
+                    d = c - 48
+                elif 97 <= c <= 102:
+                    d = c - 87
+                elif 65 <= c <= 70:
+                    d = c - 55
+                else:
+                    return np.int64(0), False, False
+                if v > (_INT64_MAX - d) // 16:
+                    return np.int64(0), False, True
+                v = v * 16 + d
+                q += 1
+            return (-v if neg else v), True, False
+        if q == b:
+            return np.int64(0), False, False
+        v = np.int64(0)
+        while q < b:
+            c = buf[q]
+            if not 48 <= c <= 57:
+                return np.int64(0), False, False
+            d = c - 48
+            if v > (_INT64_MAX - d) // 10:
+                return np.int64(0), False, True
+            v = v * 10 + d
+            q += 1
+        return (-v if neg else v), True, False
+    while p < b and not 48 <= buf[p] <= 57:
+        p += 1
+    if p == b:
+        return np.int64(0), False, False
+    neg = p > a and buf[p - 1] == 45
+    v = np.int64(0)
+    while p < b and 48 <= buf[p] <= 57:
+        d = buf[p] - 48
+        if v > (_INT64_MAX - d) // 10:
+            return np.int64(0), False, False  # a huge number in a label: no integer part
+        v = v * 10 + d
+        p += 1
+    return (-v if neg else v), True, False
+
+
+@numba.njit(cache=True, nogil=True)
+def int_value(buf, a, b, scale, mode):  # pragma: no cover - numba
+    """The value span buf[a:b] (a < 0: absent) as (value, present, error code)."""
+    if a < 0:
+        return np.int64(0), False, 0
+    c = buf[a]
+    if c == 110:  # null
+        return np.int64(0), False, 0
+    if c == 34:  # a string
+        if mode == M_NUMBER:
+            return np.int64(0), False, E_STRING
+        v, found, overflow = _int_in_string(buf, a + 1, b - 1, mode == M_LENIENT)
+        if overflow:
+            return np.int64(0), False, E_OVERFLOW
+        return v, found, 0
+    if c == 116 or c == 102:
+        return np.int64(0), False, 0 if mode == M_LENIENT else E_BOOL
+    if c == 123 or c == 91:
+        return np.int64(0), False, 0 if mode == M_LENIENT else E_CONTAINER
+    v, code, is_int = _number(buf, a, b, scale)
+    if not is_int and mode == M_LENIENT:
+        return np.int64(0), False, 0
+    if code != 0:
+        return np.int64(0), False, code
+    if not is_int and mode == M_LABEL:
+        return np.int64(0), False, E_NOT_INT
+    return v, True, 0

@@ -1,0 +1,81 @@
+"""Say in one line what a file looks like, for refusals ("a PyTorch host execution trace", ...).
+
+Used twice: by `sniff()` on the first 64 KiB of a file, and by the reader when the stream it is
+reading turns out not to be a Kineto trace (it then knows the top-level keys).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from warehouse.readers.source import read_head
+
+# Top-level keys of a PyTorch host execution trace (torch.profiler.ExecutionTraceObserver,
+# Chakra's JSON): a graph of nodes, no traceEvents.
+HOST_ET_KEYS = frozenset({"schema", "nodes"})
+
+_SCHEMA_VALUE = re.compile(rb'"schema"\s*:\s*"([^"]{0,60})"')
+_KEYS = re.compile(rb'(?:^|[{,])\s*"([^"\\]{1,40})"\s*:')
+
+
+def describe_keys(keys: list[str], schema: str | None = None) -> str:
+    """What a JSON object with these top-level keys (and no traceEvents) is."""
+    if HOST_ET_KEYS & set(keys):
+        version = f" (schema {schema})" if schema else ""
+        return f"a PyTorch host execution trace{version}, not a Kineto trace: it has no traceEvents"
+    shown = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")
+    return f"a JSON object without traceEvents (keys: {shown or 'none'}), not a Kineto trace"
+
+
+def describe_array(head: bytes) -> str:
+    """What a top-level JSON array is (memory timelines are arrays of [ts, action, bytes, ...])."""
+    body = head.lstrip()[1:].lstrip()
+    if re.match(rb"\[\s*-?\d", body):
+        return (
+            "a JSON array of numeric rows (looks like a PyTorch memory timeline, "
+            "export_memory_timeline raw output), not a Kineto trace object"
+        )
+    if body.startswith(b"{"):
+        return "a JSON array of objects (array-form Chrome trace without metadata), not a Kineto trace object"
+    return "a JSON array, not a Kineto trace object"
+
+
+def describe_binary(head: bytes) -> str:
+    first = head[:8].hex(" ")
+    return f"not JSON: binary data (first bytes {first})"
+
+
+def describe_head(head: bytes, gz: bool, error: str | None, size: int) -> str:
+    """One line for the first bytes of a (decompressed) file."""
+    wrap = "gzip'd " if gz else ""
+    if size == 0:
+        return "an empty file (0 bytes)"
+    if error:
+        return f"a gzip file that cannot be decompressed: {error}"
+    text = head.lstrip(b"\xef\xbb\xbf").lstrip()
+    if not text:
+        return f"{wrap}empty content ({len(head)} blank bytes)"
+    first = text[:1]
+    if first == b"[":
+        return wrap + describe_array(text)
+    if first != b"{":
+        return describe_binary(head)
+    keys = [k.decode("utf-8", "replace") for k in _KEYS.findall(text[:4096])]
+    if "traceEvents" in keys or b'"traceEvents"' in text:
+        legacy = b'"cat": "Kernel"' in text or b'"cat": "Operator"' in text
+        kind = "legacy (2021) Kineto trace" if legacy else "Kineto trace"
+        return f"{wrap}{kind} (JSON object with traceEvents)"
+    m = _SCHEMA_VALUE.search(text)
+    schema = m.group(1).decode("utf-8", "replace") if m else None
+    return wrap + describe_keys(keys, schema)
+
+
+def sniff(path: str | Path) -> str:
+    """A one-line description of what the file looks like (for refusals)."""
+    p = Path(path)
+    size = p.stat().st_size
+    if size == 0:
+        return "an empty file (0 bytes)"
+    head, gz, error = read_head(p)
+    return describe_head(head, gz, error, size)

@@ -1,0 +1,325 @@
+"""KinetoTrace: stream one trace file into Arrow batches of READER_EVENTS, plus its metadata.
+
+The loop: read a chunk of decompressed bytes, append it to the unfinished tail of the previous
+one, let the scanner find the complete events and top-level members, decode the events in one
+call, yield a batch, keep the tail. Memory is bounded by a chunk plus the largest single event or
+top-level member, never by the file size.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from warehouse.errors import MalformedTrace, NotKinetoTrace
+from warehouse.readers import scanner as sc
+from warehouse.readers.categories import LEGACY_CATEGORIES
+from warehouse.readers.decode import bracketed, decode_events, gc_paused
+from warehouse.readers.sniff import (
+    HOST_ET_KEYS,
+    describe_array,
+    describe_binary,
+    describe_head,
+    describe_keys,
+)
+from warehouse.readers.source import read_chunks, read_head
+
+# Categories of work that runs on an accelerator (normalised names).
+_DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+_MTIA_CATS = ("mtia_ccp_events", "mtia_runtime")
+# A top-level member before traceEvents larger than this is not a Kineto trace's metadata.
+_MAX_MEMBER_BYTES = 256 << 20
+
+
+@dataclass
+class TraceMeta:
+    """What a trace says about itself; complete only after `KinetoTrace.batches()` is exhausted."""
+
+    top_level: dict[str, str] = field(
+        default_factory=dict
+    )  # key -> JSON text, traceEvents excluded
+    schema_version: str | None = None
+    trace_format: str = "kineto"  # 'kineto' | 'kineto-legacy'
+    rank: int | None = None
+    world_size: int | None = None
+    device: str | None = None  # GPU name, 'cpu' without device activity, 'mtia', ...
+    n_events: int = 0
+    first_ts_ns: int | None = None  # earliest event start
+    last_ts_ns: int | None = None  # latest event end (ts + dur)
+    category_counts: dict[str, int] = field(default_factory=dict)  # normalised cat -> count
+
+
+class KinetoTrace:
+    """A Kineto Chrome-trace JSON file (plain or gzip'd), read lazily in chunks."""
+
+    def __init__(self, path: Path, chunk_bytes: int) -> None:
+        self.path = path
+        self.chunk_bytes = chunk_bytes
+        self.meta = TraceMeta()
+        self._raw_cats: Counter[str] = Counter()
+        self._gpu_devices: Counter[int] = Counter()
+        self._state_ev_count = 0  # complete events before a scanner error, within its buffer
+
+    def __repr__(self) -> str:
+        return f"KinetoTrace({str(self.path)!r})"
+
+    # -- streaming -------------------------------------------------------------------------------
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Yield the events as RecordBatches (schema READER_EVENTS), in file order."""
+        self.meta = TraceMeta()
+        self._raw_cats.clear()
+        self._gpu_devices.clear()
+        state = sc.new_state()
+        members = sc.new_members()
+        buf = b""
+        offset = 0  # absolute (decompressed) offset of buf[0]
+        n_events = 0
+        for chunk in read_chunks(self.path, self.chunk_bytes):
+            if offset == 0 and not buf and chunk.startswith(b"\xef\xbb\xbf"):
+                chunk = chunk[3:]  # a UTF-8 byte order mark
+                offset = 3
+            buf = buf + chunk if buf else chunk
+            while True:
+                arr = np.frombuffer(buf, dtype=np.uint8)
+                rc = sc.scan(arr, state, members, sc.TRACE_EVENTS_KEY)
+                if rc < 0:
+                    self._state_ev_count = int(state[sc.S_EV_COUNT])
+                    self._scan_error(rc, buf, int(state[sc.S_ERR_POS]), offset, n_events)
+                for k in range(int(state[sc.S_N_MEMBERS])):
+                    ks, ke, vs, ve = (int(x) for x in members[k])
+                    self._member(buf, ks, ke, vs, ve, offset)
+                if not state[sc.S_SEEN_TE]:
+                    self._refuse_early(len(buf))
+                ev_start, ev_end = int(state[sc.S_EV_START]), int(state[sc.S_EV_END])
+                if ev_start >= 0:
+                    data = bracketed(buf, ev_start, ev_end)
+                    _check_utf8(self.path, data, offset + ev_start - 1)
+                    with gc_paused():
+                        batch = decode_events(data, int(state[sc.S_EV_COUNT]), n_events, self.path)
+                    del data
+                    n_events += batch.num_rows
+                    self._account(batch)
+                    yield batch
+                clean = int(state[sc.S_CLEAN])
+                full = int(state[sc.S_N_MEMBERS]) == sc.MAX_MEMBERS
+                buf = buf[clean:]
+                offset += clean
+                if not full:
+                    break
+        self._finish(buf, state, offset, n_events)
+
+    def read_all(self) -> pa.Table:
+        """All events as one table (convenience for tests and small traces)."""
+        from warehouse.schema import READER_EVENTS
+
+        return pa.Table.from_batches(list(self.batches()), schema=READER_EVENTS)
+
+    # -- pieces of the loop ----------------------------------------------------------------------
+
+    def _member(self, buf: bytes, ks: int, ke: int, vs: int, ve: int, offset: int) -> None:
+        _check_utf8(self.path, buf[ks:ve], offset + ks)
+        try:
+            key = msgspec.json.decode(buf[ks:ke])
+            value = buf[vs:ve].decode()
+            msgspec.json.decode(value)  # the value must be valid JSON on its own
+        except msgspec.DecodeError as err:
+            raise MalformedTrace(
+                self.path, f"invalid JSON in top-level member at byte {offset + ks}: {err}"
+            ) from None
+        self.meta.top_level[key] = value
+
+    def _refuse_early(self, pending: int) -> None:
+        """Before traceEvents: refuse host execution traces and giant members without reading on."""
+        keys = list(self.meta.top_level)
+        if HOST_ET_KEYS & set(keys):
+            raise NotKinetoTrace(self.path, describe_keys(keys, self._schema_text()))
+        if pending > _MAX_MEMBER_BYTES:
+            raise NotKinetoTrace(
+                self.path,
+                f"a JSON object whose top-level member after keys {keys} exceeds "
+                f"{_MAX_MEMBER_BYTES >> 20} MiB before any traceEvents; not a Kineto trace",
+            )
+
+    def _schema_text(self) -> str | None:
+        raw = self.meta.top_level.get("schema")
+        if raw is None:
+            return None
+        value = msgspec.json.decode(raw)
+        return value if isinstance(value, str) else raw
+
+    def _scan_error(self, rc: int, buf: bytes, pos: int, offset: int, n_events: int) -> None:
+        at = offset + pos
+        snippet = buf[pos : pos + 20].decode("utf-8", "replace")
+        if rc == sc.E_NOT_OBJECT:
+            if buf[pos : pos + 1] == b"[":
+                raise NotKinetoTrace(self.path, describe_array(buf[pos : pos + 4096]))
+            if not buf[:pos].strip() and _looks_binary(buf[pos : pos + 64]):
+                raise NotKinetoTrace(self.path, describe_binary(buf[pos:]))
+            raise NotKinetoTrace(self.path, f"not a JSON object: starts with {snippet!r}")
+        if rc == sc.E_EVENT_NOT_OBJECT:
+            n_events += int(self._state_ev_count)
+            raise MalformedTrace(
+                self.path,
+                f"traceEvents element {n_events} is not an object (byte {at}: {snippet!r})",
+            )
+        if rc == sc.E_DUPLICATE:
+            raise MalformedTrace(self.path, f"a second traceEvents array at byte {at}")
+        if rc == sc.E_TRAILING:
+            raise MalformedTrace(
+                self.path, f"unexpected data after the closing brace at byte {at}: {snippet!r}"
+            )
+        raise MalformedTrace(self.path, f"invalid JSON at byte {at}: unexpected {snippet!r}")
+
+    def _finish(self, buf: bytes, state: np.ndarray, offset: int, n_events: int) -> None:
+        phase = int(state[sc.S_PHASE])
+        if phase == sc.P_START:
+            if buf.strip() or offset:
+                raise NotKinetoTrace(self.path, "not JSON: no content")
+            raise NotKinetoTrace(self.path, "an empty file (no content after decompression)")
+        if phase != sc.P_END:
+            where = (
+                f"inside traceEvents after {n_events} complete events"
+                if state[sc.S_SEEN_TE] and phase in (sc.P_ARRAY, sc.P_EVAFTER)
+                else "inside the top-level object"
+            )
+            raise MalformedTrace(
+                self.path, f"truncated JSON: the text ends at byte {offset + len(buf)} {where}"
+            )
+        if not state[sc.S_SEEN_TE]:
+            raise NotKinetoTrace(
+                self.path, describe_keys(list(self.meta.top_level), self._schema_text())
+            )
+        self._complete_meta(n_events)
+
+    def _account(self, batch: pa.RecordBatch) -> None:
+        meta = self.meta
+        for row in pc.value_counts(batch.column("cat_raw")).to_pylist():
+            self._raw_cats[row["values"] if row["values"] is not None else ""] += row["counts"]
+        # Metadata events ('M') carry placeholder timestamps (often 0): not part of the span.
+        timed = pc.not_equal(batch.column("ph").fill_null(""), "M")
+        ts = pc.filter(batch.column("ts_ns"), timed)
+        if ts.null_count < len(ts):
+            lo = pc.min(ts).as_py()
+            dur = pc.filter(batch.column("dur_ns"), timed).fill_null(0)
+            hi = pc.max(pc.add(ts, dur)).as_py()
+            meta.first_ts_ns = lo if meta.first_ts_ns is None else min(meta.first_ts_ns, lo)
+            meta.last_ts_ns = hi if meta.last_ts_ns is None else max(meta.last_ts_ns, hi)
+        on_device = pc.is_in(batch.column("cat"), pa.array(_DEVICE_CATS))
+        devices = pc.filter(batch.column("device"), on_device).drop_null()
+        for row in pc.value_counts(devices).to_pylist():
+            self._gpu_devices[row["values"]] += row["counts"]
+
+    def _complete_meta(self, n_events: int) -> None:
+        from warehouse.readers.categories import normalise
+
+        meta = self.meta
+        meta.n_events = n_events
+        counts: Counter[str] = Counter()
+        for raw, c in self._raw_cats.items():
+            counts[normalise(raw or None)] += c
+        meta.category_counts = dict(counts)
+        meta.trace_format = "kineto-legacy" if LEGACY_CATEGORIES & set(self._raw_cats) else "kineto"
+        top = {k: _json_or_none(v) for k, v in meta.top_level.items()}
+        sv = top.get("schemaVersion")
+        meta.schema_version = None if sv is None else str(sv)
+        dist = top.get("distributedInfo")
+        if isinstance(dist, dict):
+            meta.rank = _int_or_none(dist.get("rank"))
+            meta.world_size = _int_or_none(dist.get("world_size"))
+        meta.device = self._device_name(top.get("deviceProperties"), counts)
+
+    def _device_name(self, props: object, counts: Counter[str]) -> str | None:
+        on_mtia = any(counts.get(c) for c in _MTIA_CATS) or any(
+            r in self._raw_cats for r in _MTIA_CATS
+        )
+        on_device = on_mtia or any(counts.get(c) for c in _DEVICE_CATS)
+        if not on_device and not counts.get("cuda_runtime"):
+            return "cpu"
+        names: dict[int | None, str] = {}
+        if isinstance(props, list):
+            for p in props:
+                if isinstance(p, dict) and isinstance(p.get("name"), str):
+                    names.setdefault(_int_or_none(p.get("id")), p["name"])
+        if self._gpu_devices:
+            used = self._gpu_devices.most_common(1)[0][0]
+            if used in names:
+                return names[used]
+        if names:
+            return next(iter(names.values()))
+        return "mtia" if on_mtia else None
+
+
+def _json_or_none(text: str) -> object:
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return None
+
+
+def _int_or_none(v: object) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    return None
+
+
+def _looks_binary(head: bytes) -> bool:
+    return any(b < 9 or 13 < b < 32 for b in head) or not _is_utf8(head)
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return err.start >= len(data) - 3  # a character cut by the end of the sample
+    return True
+
+
+def _check_utf8(path: Path, data: bytes | bytearray, at: int) -> None:
+    if data.isascii():
+        return
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise MalformedTrace(
+            path,
+            f"invalid UTF-8 at byte {at + err.start} of the (decompressed) text: {err.reason}",
+        ) from None
+
+
+def open_kineto(path: str | Path, chunk_bytes: int) -> KinetoTrace:
+    p = Path(path)
+    if not p.exists():
+        raise NotKinetoTrace(p, "no such file")
+    if p.is_dir():
+        raise NotKinetoTrace(p, "a directory, not a trace file")
+    if chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+    _precheck(p)
+    return KinetoTrace(p, chunk_bytes)
+
+
+def _precheck(path: Path) -> None:
+    """Refuse at open what the first 64 KiB already show (empty, binary, arrays, broken gzip)."""
+    size = path.stat().st_size
+    head, gz, error = read_head(path)
+    if size == 0:
+        raise NotKinetoTrace(path, describe_head(head, gz, error, size))
+    if error:
+        raise MalformedTrace(path, describe_head(head, gz, error, size))
+    text = head.lstrip(b"\xef\xbb\xbf").lstrip()
+    if not text and len(head) < (1 << 16):
+        raise NotKinetoTrace(path, describe_head(head, gz, error, size))
+    if text and text[:1] != b"{":
+        raise NotKinetoTrace(path, describe_head(head, gz, error, size))
