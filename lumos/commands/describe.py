@@ -1,0 +1,75 @@
+"""`lumos describe --job JOB`: the base configuration inferred from a job's trace, each field with
+its evidence and confidence, and the memory per rank it implies."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "describe",
+        help="infer a job's model and parallel configuration (and memory per rank) from its trace",
+    )
+    p.add_argument("--job", required=True, help="job name in the warehouse")
+    p.add_argument("--warehouse", default=None, help="warehouse directory ($LUMOS_WAREHOUSE)")
+    p.add_argument(
+        "--base",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="state or override a field (e.g. --base layers=48 tp=8); wins over the trace",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_run)
+
+
+def _gib(n: int | None) -> str:
+    if not n:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def _run(args: argparse.Namespace) -> int:
+    from lumos.api import Warehouse, WarehouseNotFound
+    from lumos.estimate.config import ConfigError, parse_overrides
+    from lumos.estimate.infer import JobNotFound, infer_base
+    from lumos.estimate.memory import estimate_memory
+
+    try:
+        given = parse_overrides(args.base, "--base")
+        inference = infer_base(Warehouse.open(args.warehouse), args.job, given)
+    except (WarehouseNotFound, JobNotFound, ConfigError) as exc:
+        print(f"lumos describe: {exc}")
+        return 2
+    memory = None
+    try:
+        memory = estimate_memory(inference.config)
+    except ConfigError as exc:
+        inference.warnings.append(f"memory not estimated: {exc}")
+    if args.json:
+        out = inference.to_dict()
+        out["memory"] = memory.to_dict() if memory else None
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"job {inference.job}" + ("" if inference.transformer else "  (not a transformer?)"))
+    print(f"{'field':<18} {'value':>14} {'conf':>5} {'source':<8} evidence")
+    for key, ev in inference.fields.items():
+        print(f"{key:<18} {str(ev.value):>14} {ev.confidence:>5.2f} {ev.source:<8} {ev.evidence}")
+    if memory:
+        peak = memory.peak
+        fits = {None: "unknown device memory", True: "fits", False: "DOES NOT FIT"}[memory.fits]
+        print(
+            f"memory per rank (stage {peak.stage}): {_gib(memory.memory_bytes)} = params "
+            f"{_gib(peak.param_bytes)} + grads {_gib(peak.grad_bytes)} + optimizer "
+            f"{_gib(peak.optimizer_bytes)} + activations {_gib(peak.activation_bytes)}; device "
+            f"{_gib(memory.device_memory)}: {fits}"
+        )
+    for w in inference.warnings:
+        print(f"warning: {w}")
+    return 0

@@ -1,0 +1,170 @@
+"""The model and parallel configuration an estimate starts from (and predicts for).
+
+`ModelConfig` holds one training configuration: model shape (layers, hidden, ffn, heads, seq,
+vocab), batch (micro_batch, num_micro_batches), parallel degrees (dp, pp, tp, pp_schedule) and the
+memory-relevant choices (dtype_bytes, recompute, zero_stage, sequence_parallel, gated_mlp).
+`parse_overrides` turns `key=value` strings (`--base`, `--set`) into typed values, refusing unknown
+keys and bad values with a message that names the key, the value and where it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "ModelConfig",
+    "PP_SCHEDULES",
+    "RECOMPUTE",
+    "KEYS",
+    "parse_overrides",
+    "parse_value",
+]
+
+PP_SCHEDULES = ("1f1b", "gpipe")
+RECOMPUTE = ("none", "selective", "full")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is invalid; the message names where it came from."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One training configuration. Sizes are of the whole model, not of one rank; `ffn` is the MLP
+    intermediate size (0 means 4 × hidden); `device_memory` is bytes per device (0: unknown)."""
+
+    layers: int = 1
+    hidden: int = 1
+    ffn: int = 0
+    heads: int = 1
+    seq: int = 1
+    micro_batch: int = 1
+    num_micro_batches: int = 1
+    vocab: int = 0
+    dp: int = 1
+    pp: int = 1
+    tp: int = 1
+    pp_schedule: str = "1f1b"
+    dtype_bytes: int = 2
+    recompute: str = "none"
+    zero_stage: int = 0
+    sequence_parallel: bool = False
+    gated_mlp: bool = False
+    device_memory: int = 0
+
+    @property
+    def ffn_size(self) -> int:
+        return self.ffn or 4 * self.hidden
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.pp * self.tp
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def validate(self, where: str = "configuration") -> ModelConfig:
+        """Raise `ConfigError` naming `where` and the key when the values do not make sense."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", int):
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise ConfigError(f"{where}: {f.name} must be an integer, got {value!r}")
+                low = 0 if f.name in ("ffn", "vocab", "zero_stage", "device_memory") else 1
+                if value < low:
+                    raise ConfigError(f"{where}: {f.name} must be >= {low}, got {value}")
+        if self.pp_schedule not in PP_SCHEDULES:
+            raise ConfigError(f"{where}: pp_schedule must be one of {PP_SCHEDULES}")
+        if self.recompute not in RECOMPUTE:
+            raise ConfigError(f"{where}: recompute must be one of {RECOMPUTE}")
+        if self.zero_stage > 3:
+            raise ConfigError(f"{where}: zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
+        if self.dtype_bytes not in (1, 2, 4, 8):
+            raise ConfigError(f"{where}: dtype_bytes must be 1, 2, 4 or 8, got {self.dtype_bytes}")
+        checks = [
+            (self.hidden % self.heads == 0, f"hidden {self.hidden} not a multiple of heads"),
+            (self.heads % self.tp == 0, f"heads {self.heads} not a multiple of tp {self.tp}"),
+            (self.ffn_size % self.tp == 0, f"ffn {self.ffn_size} not a multiple of tp {self.tp}"),
+            (self.layers >= self.pp, f"layers {self.layers} fewer than pp stages {self.pp}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(f"{where}: {message}")
+        return self
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+KEYS: dict[str, type] = {f.name: f.type for f in dataclasses.fields(ModelConfig)}  # type: ignore[misc]
+_TYPES = {"int": int, "str": str, "bool": bool}
+
+
+def _type_of(key: str) -> type:
+    t = KEYS[key]
+    return _TYPES.get(t, t) if isinstance(t, str) else t
+
+
+def parse_value(key: str, text: str, where: str = "override") -> Any:
+    """The typed value of `key=text`; raises ConfigError naming `where`, the key and the value."""
+    if key not in KEYS:
+        raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(KEYS))})")
+    kind = _type_of(key)
+    raw = text.strip()
+    if kind is bool:
+        if raw.lower() in _TRUE:
+            return True
+        if raw.lower() in _FALSE:
+            return False
+        raise ConfigError(f"{where}: {key} must be true or false, got {text!r}")
+    if kind is int:
+        try:
+            # Accept 1e9 / 80e9 for byte sizes, but only when it is a whole number.
+            value = float(raw) if any(c in raw for c in ".eE") else int(raw)
+        except ValueError:
+            raise ConfigError(f"{where}: {key} must be an integer, got {text!r}") from None
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ConfigError(f"{where}: {key} must be an integer, got {text!r}")
+            value = int(value)
+        return value
+    value = raw.lower()
+    allowed = {"pp_schedule": PP_SCHEDULES, "recompute": RECOMPUTE}.get(key)
+    if allowed and value not in allowed:
+        raise ConfigError(f"{where}: {key} must be one of {allowed}, got {text!r}")
+    return value
+
+
+def parse_overrides(
+    items: Iterable[str] | Mapping[str, Any] | None, where: str = "--base"
+) -> dict[str, Any]:
+    """`["layers=48", "tp=8"]` (or a mapping, e.g. a grid file's `base:`) → typed dict."""
+    out: dict[str, Any] = {}
+    if not items:
+        return out
+    pairs: Iterable[tuple[str, Any]]
+    if isinstance(items, Mapping):
+        pairs = ((str(k), str(v)) for k, v in items.items())
+    else:
+        parsed = []
+        for item in items:
+            if "=" not in item:
+                raise ConfigError(f"{where}: expected key=value, got {item!r}")
+            key, _, value = item.partition("=")
+            parsed.append((key.strip(), value))
+        pairs = parsed
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"{where}: key {key!r} given twice")
+        out[key] = parse_value(key, str(value), where)
+    return out

@@ -1,0 +1,764 @@
+"""Infer a job's base configuration (model shape, batch, parallel degrees) from its trace.
+
+Every field comes with the evidence it was read from and a confidence in [0, 1]; a field the
+trace says nothing about keeps a default at confidence 0. Rules, from the trace format only (no
+knowledge of a particular model; the `lumos_groundtruth` metadata of our own trainer is never read):
+
+- layers: distinct indices of repeated annotations (`layer_<i>`, `layers.<i>`, `h.<i>`,
+  `blocks.<i>`, with_modules frames `nn.Module: <X>Layer_<i>` / `<X>Block_<i>`), summed over
+  pipeline stages; else forward attention ops per micro-batch forward; else down-projection GEMMs.
+- hidden: the dimension most often seen as K or N of the weight GEMMs (aten::linear, else 2-D
+  matmul/mm/addmm); ffn: F with both an up GEMM (hidden → F, or → 2F fused gate+up) and a down GEMM
+  (F → hidden), times tp; heads, head_dim, seq, micro_batch: the attention op's query shape, matched
+  against the GEMMs' token count (micro_batch = tokens / seq).
+- tp: from the attention width (hidden / (local heads × head_dim)), confirmed by activation-sized
+  all-reduces (their group size or a process group named for tensor parallelism when present);
+  pp: number of distinct layer sets across ranks, else the p2p group size, else p2p presence;
+  dp = world size / (pp × tp), world size from distributedInfo.
+- num_micro_batches: distinct `forward_mb<m>` / `Forward <m>` annotations, else word-embedding
+  lookups (or loss ops) per step; pp_schedule: GPipe when every forward of a step precedes its first
+  backward on the first stage, else 1F1B.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import lumos_sql
+from lumos.estimate.config import KEYS, ConfigError, ModelConfig
+
+__all__ = ["Evidence", "Inference", "infer_base", "JobNotFound"]
+
+
+class JobNotFound(LookupError):
+    """The warehouse holds no events for the job."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    value: Any
+    source: str  # 'trace' | 'given' | 'default'
+    confidence: float
+    evidence: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "value": self.value,
+            "source": self.source,
+            "confidence": round(self.confidence, 2),
+            "evidence": self.evidence,
+        }
+
+
+@dataclass
+class Inference:
+    job: str
+    config: ModelConfig
+    fields: dict[str, Evidence]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def transformer(self) -> bool:
+        """Whether the trace looked like a transformer (an attention op with shapes was found)."""
+        return self.fields["heads"].source != "default" and self.fields["heads"].confidence > 0.5
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "transformer": self.transformer,
+            "config": self.config.to_dict(),
+            "fields": {k: v.to_dict() for k, v in self.fields.items()},
+            "warnings": list(self.warnings),
+        }
+
+
+# --- reading the warehouse ------------------------------------------------------------------
+
+
+def _rows(con, name: str, **params: Any) -> list[dict[str, Any]]:
+    cur = con.execute(lumos_sql.load(f"estimate/{name}"), params)
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+
+def _dims(text: str | None) -> list[Any]:
+    if not text:
+        return []
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
+
+
+def _shape(x: Any) -> tuple[int, ...] | None:
+    if isinstance(x, list) and x and all(isinstance(v, int) and v > 0 for v in x):
+        return tuple(x)
+    return None
+
+
+# --- GEMMs --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gemm:
+    rank: int
+    name: str
+    k: int
+    n: int
+    tokens: int
+    lead: tuple[int, ...]  # leading dims of the activation (e.g. (b, s))
+    count: int
+    dtype: str
+
+
+def _parse_gemms(rows: list[dict[str, Any]]) -> tuple[list[Gemm], str]:
+    """Weight GEMMs (activation × 2-D weight) from the most specific family a rank has."""
+    by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_rank[int(r["rank"])].append(r)
+    out: list[Gemm] = []
+    families: set[str] = set()
+    for rank, rs in by_rank.items():
+        names = {r["name"] for r in rs}
+        # aten::linear nests matmul/addmm/mm and only runs forward: use the outermost family.
+        if "aten::linear" in names:
+            family = ("aten::linear",)
+        elif "aten::matmul" in names:
+            family = ("aten::matmul",)
+        else:
+            family = ("aten::addmm", "aten::mm")
+        families.update(family)
+        for r in rs:
+            if r["name"] not in family:
+                continue
+            d = _dims(r["input_dims"])
+            types = _dims(r["input_types"])
+            if r["name"] == "aten::linear" and len(d) >= 2:
+                a, w = _shape(d[0]), _shape(d[1])
+                if not a or not w or len(w) != 2 or a[-1] != w[1]:
+                    continue
+                k, n, dtype = w[1], w[0], types[0] if types else ""
+            elif r["name"] in ("aten::matmul", "aten::mm") and len(d) >= 2:
+                a, w = _shape(d[0]), _shape(d[1])
+                if not a or not w or len(w) != 2 or a[-1] != w[0]:
+                    continue
+                k, n, dtype = w[0], w[1], types[0] if types else ""
+            elif r["name"] == "aten::addmm" and len(d) >= 3:
+                a, w = _shape(d[1]), _shape(d[2])
+                if not a or not w or len(w) != 2 or a[-1] != w[0]:
+                    continue
+                k, n, dtype = w[0], w[1], types[1] if len(types) > 1 else ""
+            else:
+                continue
+            out.append(
+                Gemm(rank, r["name"], k, n, math.prod(a[:-1]), a[:-1], int(r["n"]), str(dtype))
+            )
+    return out, "/".join(sorted(families))
+
+
+# --- attention --------------------------------------------------------------------------------
+
+# Query layout of the forward attention ops, by name (first match wins).
+_LAYOUTS = (
+    ("scaled_dot_product", "bhsd"),
+    ("_efficient_attention_forward", "bshd"),
+    ("_flash_attention_forward", "bshd"),
+    ("flash_attn", "bshd"),
+    ("fusedattn", "sbhd"),
+)
+# Prefer the outermost op of a nest (SDPA wraps _scaled_dot_product_flash_attention wraps
+# _flash_attention_forward): each layer then counts once.
+_ATTN_PRIORITY = (
+    "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_flash_attention_forward",
+    "aten::_efficient_attention_forward",
+)
+
+
+@dataclass(frozen=True)
+class Attention:
+    name: str
+    b: int
+    s: int
+    local_heads: int
+    head_dim: int
+    count_by_rank: dict[int, int]
+    how: str
+
+
+def _attention(rows: list[dict[str, Any]], tokens: int | None) -> Attention | None:
+    if not rows:
+        return None
+    totals = Counter()
+    for r in rows:
+        totals[r["name"]] += int(r["n"])
+    name = next((n for n in _ATTN_PRIORITY if n in totals), None) or totals.most_common(1)[0][0]
+    chosen = [r for r in rows if r["name"] == name]
+    counts: dict[int, int] = defaultdict(int)
+    shapes = Counter()
+    for r in chosen:
+        counts[int(r["rank"])] += int(r["n"])
+        q = _shape(_dims(r["input_dims"])[0]) if _dims(r["input_dims"]) else None
+        if q and len(q) == 4:
+            shapes[q] += int(r["n"])
+    if not shapes:
+        return None
+    q = shapes.most_common(1)[0][0]
+    layout = next((lay for key, lay in _LAYOUTS if key in name.lower()), "bhsd")
+    d = q[3]
+    pos = {c: i for i, c in enumerate(layout[:3])}
+    b, h, s = q[pos["b"]], q[pos["h"]], q[pos["s"]]
+    how = f"{name} query {list(q)} read as [{','.join(layout)}]"
+    if tokens and b * s != tokens:
+        # The name-based layout does not match the GEMM token count: find the dim that is heads.
+        for hi in range(3):
+            rest = [q[i] for i in range(3) if i != hi]
+            if rest[0] * rest[1] == tokens:
+                h, b, s = q[hi], min(rest), max(rest)
+                how = f"{name} query {list(q)}: heads at dim {hi} (other dims give {tokens} tokens)"
+                break
+    return Attention(name, b, s, h, d, dict(counts), how)
+
+
+# --- annotations ------------------------------------------------------------------------------
+
+_LAYER_PATTERNS = (
+    re.compile(r"^(?P<p>layer)[_ .-]?(?P<i>\d+)$", re.I),
+    re.compile(
+        r"(?:^|[.\s])(?P<p>layers|h|blocks|layer|block|decoder\.layers)\.(?P<i>\d+)(?:$|\.)"
+    ),
+    re.compile(r"^nn\.Module: (?P<p>\w*(?:Layer|Block))_(?P<i>\d+)$"),
+)
+_MB_PATTERNS = (
+    re.compile(r"^(?:forward|fwd)[_ -]?(?:mb|micro_?batch)[_ -]?(?P<m>\d+)$", re.I),
+    re.compile(r"^Forward (?P<m>\d+)$"),
+)
+_BWD_MB = re.compile(r"^(?:backward|bwd)[_ -]?(?:mb|micro_?batch)[_ -]?(?P<m>\d+)$", re.I)
+
+
+def _layer_sets(names: list[dict[str, Any]]) -> tuple[dict[int, set[int]], str]:
+    """rank -> layer indices, from the pattern family with the most distinct indices."""
+    best: tuple[int, dict[int, set[int]], str] = (0, {}, "")
+    for pat in _LAYER_PATTERNS:
+        per_prefix: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
+        for r in names:
+            m = pat.search(str(r["name"]))
+            if m and "norm" not in m.group("p").lower():
+                per_prefix[m.group("p")][int(r["rank"])].add(int(m.group("i")))
+        for prefix, sets in per_prefix.items():
+            distinct = len(set().union(*sets.values()))
+            if distinct > best[0]:
+                best = (distinct, dict(sets), f"annotations {prefix!r}<i> ({pat.pattern})")
+    return best[1], best[2]
+
+
+def _steps(names: list[dict[str, Any]]) -> dict[int, list[int]]:
+    """rank -> start times of its ProfilerStep spans (first occurrence per step name)."""
+    out: dict[int, set[int]] = defaultdict(set)
+    for r in names:
+        if str(r["name"]).startswith("ProfilerStep#"):
+            out[int(r["rank"])].add(int(r["first_ns"]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+# --- the inference ----------------------------------------------------------------------------
+
+
+class _Fields:
+    def __init__(self) -> None:
+        self.values: dict[str, Evidence] = {}
+
+    def set(self, key: str, value: Any, confidence: float, evidence: str) -> None:
+        self.values[key] = Evidence(value, "trace", confidence, evidence)
+
+    def default(self, key: str, value: Any, why: str) -> None:
+        self.values[key] = Evidence(value, "default", 0.0, why)
+
+    def get(self, key: str) -> Any:
+        return self.values[key].value if key in self.values else None
+
+
+def _most_common_dim(gemms: list[Gemm]) -> tuple[int, int, int]:
+    c = Counter()
+    for g in gemms:
+        c[g.k] += g.count
+        c[g.n] += g.count
+    (dim, n), total = c.most_common(1)[0], sum(c.values())
+    return dim, n, total
+
+
+def _dtype_bytes(dtype: str) -> int | None:
+    t = dtype.lower()
+    if "half" in t or "bfloat16" in t or t in ("fp16", "bf16"):
+        return 2
+    if t == "float" or t == "float32":
+        return 4
+    if t == "double":
+        return 8
+    if "float8" in t:
+        return 1
+    return None
+
+
+def _divides(a: int, b: int) -> bool:
+    return b > 0 and a % b == 0
+
+
+def infer_base(wh_or_con: Any, job: str, overrides: Mapping[str, Any] | None = None) -> Inference:
+    """Infer `job`'s configuration from the warehouse (a `lumos.api.Warehouse` or an open DuckDB
+    connection on its catalog); `overrides` (typed, see `parse_overrides`) win as 'given'."""
+    import duckdb
+
+    con = wh_or_con
+    own = False
+    if not isinstance(wh_or_con, duckdb.DuckDBPyConnection):
+        con = duckdb.connect(str(wh_or_con.catalog), read_only=True)
+        own = True
+    try:
+        return _infer(con, job, dict(overrides or {}))
+    finally:
+        if own:
+            con.close()
+
+
+def _infer(con, job: str, given: dict[str, Any]) -> Inference:
+    for key in given:
+        if key not in KEYS:
+            raise ConfigError(f"--base: unknown key {key!r}")
+    meta = _rows(con, "meta", job=job)
+    if not meta:
+        known = [r[0] for r in con.execute("SELECT DISTINCT job FROM events ORDER BY 1").fetchall()]
+        raise JobNotFound(
+            f"job {job!r} is not in the warehouse (known: {', '.join(known[:20]) or 'none'})"
+        )
+    names = _rows(con, "names", job=job)
+    gemm_rows = _rows(con, "gemms", job=job)
+    attn_rows = _rows(con, "attention", job=job)
+    coll_rows = _rows(con, "collectives", job=job)
+    ranks = sorted(int(r["rank"]) for r in meta)
+    f = _Fields()
+    warnings: list[str] = []
+
+    steps = _steps(names)
+    n_steps = {r: max(1, len(steps.get(r, []))) for r in ranks}
+
+    # World size.
+    worlds = [int(r["world_size"]) for r in meta if r["world_size"] is not None]
+    world = max(worlds) if worlds else len(ranks)
+    world_how = "distributedInfo.world_size" if worlds else f"{len(ranks)} rank file(s) ingested"
+    if len(ranks) < world:
+        warnings.append(f"only {len(ranks)} of {world} ranks ingested: per-stage counts may miss")
+
+    # GEMMs: hidden, tokens, dtype.
+    gemms, family = _parse_gemms([r for r in gemm_rows if r["name"] != "aten::embedding"])
+    hidden = tokens = None
+    if gemms:
+        hidden, hits, total = _most_common_dim(gemms)
+        f.set(
+            "hidden",
+            hidden,
+            0.9 if family == "aten::linear" else 0.7,
+            f"most common GEMM K/N dim over {family} ({hits} of {total} dims)",
+        )
+        tok = Counter()
+        for g in gemms:
+            if g.k == hidden:
+                tok[g.tokens] += g.count
+        tokens = tok.most_common(1)[0][0] if tok else None
+        dt = Counter()
+        for g in gemms:
+            dt[g.dtype] += g.count
+        nbytes = _dtype_bytes(dt.most_common(1)[0][0])
+        if nbytes:
+            f.set("dtype_bytes", nbytes, 0.8, f"GEMM input type {dt.most_common(1)[0][0]!r}")
+    else:
+        f.default("hidden", 1, "no GEMM with shapes (record_shapes off, or not a transformer)")
+
+    # Attention: heads, head_dim, seq, micro_batch, tp from width.
+    att = _attention(attn_rows, tokens)
+    tp_shape = None
+    if att and hidden:
+        width = att.local_heads * att.head_dim
+        if _divides(hidden, width):
+            tp_shape = hidden // width
+        f.set("seq", att.s, 0.85, att.how)
+        mb_size = att.b
+        if tokens and _divides(tokens, att.s):
+            mb_size = tokens // att.s
+        f.set("micro_batch", mb_size, 0.85, f"GEMM tokens {tokens} / seq {att.s}")
+    elif gemms and tokens:
+        lead = Counter()
+        for g in gemms:
+            if g.k == hidden and len(g.lead) == 2:
+                lead[g.lead] += g.count
+        if lead:
+            b, s = lead.most_common(1)[0][0]
+            f.set("seq", s, 0.3, f"GEMM activation [{b}, {s}, {hidden}] read as [b, s, h]")
+            f.set("micro_batch", b, 0.3, "GEMM activation read as [b, s, h] (no attention op)")
+
+    # Collectives: tp/pp/dp/zero evidence.
+    def coll_kind(r: dict[str, Any]) -> str:
+        text = f"{r['name']} {r['coll_name'] or ''}".lower()
+        for kind, keys in (
+            ("p2p", ("send", "recv")),
+            ("all_reduce", ("allreduce", "all_reduce")),
+            ("reduce_scatter", ("reduce_scatter", "reducescatter")),
+            ("all_gather", ("allgather", "all_gather")),
+            ("all_to_all", ("alltoall", "all_to_all")),
+        ):
+            if any(k in text for k in keys):
+                return kind
+        return "other"
+
+    # One source per rank so an op and its annotation or record_param_comms do not count twice.
+    colls = [r for r in coll_rows if str(r["name"]).startswith("c10d::")]
+    if not colls:
+        colls = [r for r in coll_rows if r["name"] == "record_param_comms"] or coll_rows
+    kinds: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in colls:
+        kinds[coll_kind(r)].append(r)
+
+    def nelems(r: dict[str, Any]) -> int | None:
+        if r["in_nelems"] is not None:
+            return int(r["in_nelems"])
+        d = _dims(r["input_dims"])
+        while d and isinstance(d[0], list) and d[0] and isinstance(d[0][0], list):
+            d = d[0]  # c10d ops take a list of tensors: [[[2, 16, 32]], ...]
+        s = _shape(d[0]) if d else None
+        return math.prod(s) if s else None
+
+    act_ar = [
+        r for r in kinds.get("all_reduce", []) if hidden and tokens and nelems(r) == tokens * hidden
+    ]
+    pg_descs = []
+    for r in meta:
+        for pg in _dims(r["pg_config_json"]):
+            if isinstance(pg, dict):
+                pg_descs.append(pg)
+
+    def pg_size(word: str) -> int | None:
+        sizes = [
+            int(pg.get("pg_size") or len(pg.get("ranks") or []))
+            for pg in pg_descs
+            if word in str(pg.get("pg_desc", "")).lower()
+        ]
+        return max(sizes) if sizes else None
+
+    # Tensor parallel.
+    tp_pg = pg_size("tensor")
+    act_groups = [int(r["group_size"]) for r in act_ar if r["group_size"]]
+    if tp_pg:
+        f.set("tp", tp_pg, 0.95, f"process group described as tensor parallel, size {tp_pg}")
+    elif act_groups:
+        g = Counter(act_groups).most_common(1)[0][0]
+        f.set("tp", g, 0.9, f"group size of activation-sized all-reduces ({tokens}×{hidden})")
+    elif tp_shape:
+        n_act = sum(int(r["n"]) for r in act_ar)
+        conf = 0.85 if (tp_shape > 1) == bool(n_act) else 0.6
+        f.set(
+            "tp",
+            tp_shape,
+            conf,
+            f"hidden {hidden} / attention width {att.local_heads}×{att.head_dim}"
+            + (
+                f"; {n_act} activation-sized all-reduces" if n_act else "; no activation all-reduce"
+            ),
+        )
+    else:
+        f.default("tp", 1, "no attention shape nor tensor-parallel collective")
+    tp = int(f.get("tp"))
+
+    if att and hidden:
+        heads = att.local_heads * tp
+        f.set(
+            "heads",
+            heads,
+            0.85,
+            f"{att.local_heads} heads per rank × tp {tp}, head_dim {att.head_dim}",
+        )
+    elif hidden and hidden % 64 == 0:
+        f.set("heads", hidden // 64, 0.1, "no attention op: guessed head_dim 64")
+    else:
+        f.default("heads", 1, "no attention op")
+
+    # FFN: an up GEMM hidden -> F (or -> 2F fused gate+up) and a down GEMM F -> hidden.
+    if hidden and gemms:
+        ups, downs = Counter(), Counter()
+        for g in gemms:
+            if g.k == hidden and g.n != hidden:
+                ups[g.n] += g.count
+            if g.n == hidden and g.k != hidden:
+                downs[g.k] += g.count
+        exclude = {hidden // tp}
+        if att:
+            exclude.add(3 * att.local_heads * att.head_dim)
+        cands = []
+        for F, nd in downs.items():
+            if F in exclude:
+                continue
+            if ups.get(F):
+                cands.append((nd, F, ups[F] >= 2 * nd, False))
+            elif ups.get(2 * F):
+                cands.append((nd, F, True, True))
+        if cands:
+            nd, F, gated, fused = max(cands)
+            how = (
+                f"up GEMM {hidden}→{2 * F if fused else F}{' (fused gate+up)' if fused else ''}"
+                f" and down GEMM {F}→{hidden} ({nd} calls), × tp {tp}"
+            )
+            f.set("ffn", F * tp, 0.85, how)
+            f.set(
+                "gated_mlp",
+                gated,
+                0.7,
+                "gate and up projections (2 up GEMMs per down)" if gated else "1 up GEMM per down",
+            )
+        else:
+            f.default("ffn", 0, "no up/down GEMM pair: 4 × hidden assumed")
+
+    # Layers per rank (annotations, else attention count, else down GEMMs).
+    layer_sets, layer_how = _layer_sets(names)
+    mb_idx: dict[int, set[int]] = defaultdict(set)
+    fwd_first: dict[int, dict[int, int]] = defaultdict(dict)
+    bwd_first: dict[int, dict[int, int]] = defaultdict(dict)
+    gpipe_marks = 0
+    for r in names:
+        name, rk = str(r["name"]), int(r["rank"])
+        for pat in _MB_PATTERNS:
+            m = pat.match(name)
+            if m:
+                mb_idx[rk].add(int(m.group("m")))
+                fwd_first[rk][int(m.group("m"))] = min(
+                    fwd_first[rk].get(int(m.group("m")), 1 << 62), int(r["first_ns"])
+                )
+                gpipe_marks += pat.pattern.startswith("^Forward")
+        m = _BWD_MB.match(name) or re.match(r"^Backward (?P<m>\d+)$", name)
+        if m:
+            bwd_first[rk][int(m.group("m"))] = min(
+                bwd_first[rk].get(int(m.group("m")), 1 << 62), int(r["first_ns"])
+            )
+
+    # Micro-batch count.
+    emb_rows = [r for r in gemm_rows if r["name"] == "aten::embedding"]
+    emb_count: dict[int, int] = {}
+    vocab = None
+    if emb_rows:
+        biggest = max((_shape(_dims(r["input_dims"])[0]) or (0,))[0] for r in emb_rows)
+        vocab = biggest or None
+        for r in emb_rows:
+            w = _shape(_dims(r["input_dims"])[0]) or (0,)
+            if w[0] == biggest:
+                emb_count[int(r["rank"])] = emb_count.get(int(r["rank"]), 0) + int(r["n"])
+    loss_count: dict[int, int] = defaultdict(int)
+    loss_names = Counter(
+        str(r["name"]) for r in names if str(r["name"]).startswith("aten::") and "loss" in r["name"]
+    )
+    if loss_names:
+        outer = next(
+            n
+            for n in ("aten::cross_entropy_loss", "aten::nll_loss_nd", "aten::nll_loss")
+            if n in loss_names
+        )
+        for r in names:
+            if r["name"] == outer:
+                loss_count[int(r["rank"])] += int(r["n"])
+    if mb_idx:
+        m = max(len(v) for v in mb_idx.values())
+        f.set("num_micro_batches", m, 0.95, f"{m} distinct forward micro-batch annotations")
+    elif emb_count:
+        rk = min(emb_count)
+        m = max(1, round(emb_count[rk] / n_steps[rk]))
+        f.set(
+            "num_micro_batches",
+            m,
+            0.6,
+            f"{emb_count[rk]} word-embedding lookups over {n_steps[rk]} step(s) on rank {rk}",
+        )
+    elif loss_count:
+        rk = max(loss_count)
+        m = max(1, round(loss_count[rk] / n_steps[rk]))
+        f.set("num_micro_batches", m, 0.5, f"{loss_count[rk]} loss ops / {n_steps[rk]} step(s)")
+    else:
+        f.default("num_micro_batches", 1, "no micro-batch annotation, embedding or loss op")
+    n_mb = int(f.get("num_micro_batches"))
+
+    # Layers and pipeline degree.
+    pp_evidence = None
+    if layer_sets:
+        all_idx = set().union(*layer_sets.values())
+        layers = len(all_idx)
+        stages = {frozenset(v) for v in layer_sets.values()}
+        f.set("layers", layers, 0.95, f"{layers} distinct indices of {layer_how}")
+        if len(stages) > 1:
+            pp_evidence = (len(stages), 0.9, f"{len(stages)} distinct layer sets across ranks")
+        local = {rk: len(v) for rk, v in layer_sets.items()}
+    else:
+        local = {}
+        per_rank = att.count_by_rank if att else {}
+        what = f"{att.name} calls" if att else ""
+        if not per_rank and hidden and f.get("ffn"):
+            F = int(f.get("ffn")) // tp
+            per_rank = defaultdict(int)
+            for g in gemms:
+                if g.k == F and g.n == hidden:
+                    per_rank[g.rank] += g.count
+            what = f"down-projection GEMM {F}→{hidden} calls"
+        if per_rank:
+            local = {rk: max(1, round(c / (n_steps[rk] * n_mb))) for rk, c in per_rank.items()}
+            rk = min(local)
+            f.set(
+                "layers",
+                local[rk],
+                0.7 if att else 0.5,
+                f"{per_rank[rk]} {what} / ({n_steps[rk]} step(s) × {n_mb} micro-batch(es)) "
+                f"on rank {rk}",
+            )
+        else:
+            f.default("layers", 1, "no layer annotation, attention op or MLP GEMM pair")
+
+    p2p = kinds.get("p2p", [])
+    pp_pg = pg_size("pipeline")
+    if pp_pg:
+        pp_evidence = (pp_pg, 0.95, f"process group described as pipeline, size {pp_pg}")
+    elif pp_evidence is None and p2p:
+        sizes = [int(r["group_size"]) for r in p2p if r["group_size"]]
+        if sizes:
+            g = Counter(sizes).most_common(1)[0][0]
+            pp_evidence = (g, 0.7, f"group size {g} of send/recv")
+        else:
+            guess = max(2, world // tp)
+            pp_evidence = (guess, 0.4, f"send/recv present, no group: world {world} / tp {tp}")
+    if pp_evidence:
+        f.set("pp", *pp_evidence)
+    else:
+        f.values["pp"] = Evidence(
+            1,
+            "trace",
+            0.8 if world == 1 or len(ranks) > 1 else 0.5,
+            "no send/recv and one layer set",
+        )
+    pp = int(f.get("pp"))
+    if pp > 1 and not layer_sets and "layers" in f.values and f.values["layers"].source == "trace":
+        per_stage = int(f.get("layers"))
+        ev = f.values["layers"]
+        f.set("layers", per_stage * pp, ev.confidence * 0.8, ev.evidence + f" × pp {pp}")
+
+    # Data parallel.
+    if world % (pp * tp) == 0:
+        dp = world // (pp * tp)
+        grad_ar = [
+            r
+            for r in kinds.get("all_reduce", []) + kinds.get("reduce_scatter", [])
+            if r not in act_ar
+        ]
+        dp_pg = pg_size("data")
+        if dp_pg and dp_pg == dp:
+            conf, how = 0.95, f"process group described as data parallel, size {dp_pg}"
+        else:
+            conf = 0.85 if (dp > 1) == bool(grad_ar) else 0.5
+            how = f"world {world} ({world_how}) / (pp {pp} × tp {tp})" + (
+                f"; {len(grad_ar)} gradient collective kind(s)" if grad_ar else ""
+            )
+        f.set("dp", dp, conf, how)
+    else:
+        warnings.append(f"world size {world} is not a multiple of pp {pp} × tp {tp}")
+        f.default("dp", 1, f"world {world} not divisible by pp × tp")
+
+    # Pipeline schedule.
+    if pp == 1 or n_mb == 1:
+        f.set("pp_schedule", "1f1b", 0.5, "no pipeline (pp=1 or one micro-batch): irrelevant")
+    elif gpipe_marks:
+        f.set("pp_schedule", "gpipe", 0.9, "GPipe schedule's own 'Forward <m>' annotations")
+    else:
+        first = min(ranks)
+        fw, bw = fwd_first.get(first, {}), bwd_first.get(first, {})
+        if fw and bw:
+            interleaved = min(bw.values()) < max(fw.values())
+            how = "first backward_mb before the last forward_mb on rank " + str(first)
+        else:
+            st = steps.get(first, [])
+            t0 = st[0] if st else -(1 << 62)
+            t1 = st[1] if len(st) > 1 else 1 << 62
+            o = _rows(con, "order", job=job, t0=t0, t1=t1, rank=first)
+            interleaved = bool(
+                o and o[0]["first_bwd_ns"] and o[0]["first_bwd_ns"] < o[0]["last_fwd_ns"]
+            )
+            how = f"autograd backward vs last forward attention op in step 1 of rank {first}"
+        sched = "1f1b" if interleaved else "gpipe"
+        conf = 0.8 if n_mb > pp else 0.4  # with m <= pp both schedules look the same
+        f.set("pp_schedule", sched, conf, how + (" (interleaved)" if interleaved else ""))
+
+    if vocab:
+        f.set("vocab", vocab, 0.6, f"largest embedding table has {vocab} rows (per rank)")
+
+    # Recomputation: checkpoint markers, or more forward layer passes than micro-batches.
+    ckpt = [r for r in names if "checkpoint" in str(r["name"]).lower()]
+    if ckpt:
+        f.set("recompute", "full", 0.6, f"checkpoint marker {ckpt[0]['name']!r}")
+    elif att and layer_sets and local:
+        rk = min(local)
+        ratio = att.count_by_rank.get(rk, 0) / max(1, local[rk] * n_mb * n_steps[rk])
+        if ratio >= 1.8:
+            f.set("recompute", "full", 0.6, f"{ratio:.1f} attention forwards per layer pass")
+        else:
+            f.set("recompute", "none", 0.6, "one attention forward per layer and micro-batch")
+    else:
+        f.default("recompute", "none", "no checkpoint marker")
+
+    # ZeRO / FSDP sharding.
+    fsdp = any("fullyshardeddataparallel" in str(r["name"]).lower() for r in names)
+    ag = sum(int(r["n"]) for r in kinds.get("all_gather", []))
+    rs = sum(int(r["n"]) for r in kinds.get("reduce_scatter", []))
+    n_layers = int(f.get("layers") or 1)
+    if fsdp or (ag >= n_layers and rs and not act_ar):
+        f.set("zero_stage", 3, 0.5, f"FSDP annotations or per-layer all-gathers ({ag})")
+    elif rs and ag and tp == 1:
+        f.set(
+            "zero_stage", 1, 0.4, f"gradient reduce-scatter ({rs}) and parameter all-gather ({ag})"
+        )
+    else:
+        f.default("zero_stage", 0, "no reduce-scatter/all-gather pattern of sharded training")
+    if tp > 1 and (rs or ag) and att:
+        f.set("sequence_parallel", True, 0.4, "reduce-scatter/all-gather with tensor parallelism")
+
+    dev = [int(r["device_memory"]) for r in meta if r["device_memory"]]
+    if dev:
+        name = next((r["device_name"] for r in meta if r["device_name"]), "device")
+        f.set("device_memory", min(dev), 0.95, f"deviceProperties totalGlobalMem of {name}")
+
+    if not att:
+        # Without an attention op the shapes are not a transformer's (DLRM, ResNet) or attention
+        # was not recorded: keep what was read, but say it is weak.
+        warnings.append(
+            "no attention operator in the trace: not a transformer, or attention is "
+            "not recorded; model-shape fields are guesses"
+        )
+        for key in ("layers", "hidden", "ffn", "heads", "seq", "micro_batch", "vocab"):
+            ev = f.values.get(key)
+            if ev and ev.source == "trace":
+                f.values[key] = Evidence(ev.value, ev.source, min(ev.confidence, 0.2), ev.evidence)
+
+    # Given values win.
+    for key, value in given.items():
+        f.values[key] = Evidence(value, "given", 1.0, "given")
+
+    base = ModelConfig()
+    values = {k: f.values[k].value for k in KEYS if k in f.values}
+    cfg = base.replace(**values)
+    for k in KEYS:
+        if k not in f.values:
+            f.default(k, getattr(base, k), "not inferred")
+    try:
+        cfg.validate(f"job {job}")
+    except ConfigError as exc:
+        warnings.append(f"inferred configuration is inconsistent: {exc}")
+    return Inference(job, cfg, {k: f.values[k] for k in KEYS}, warnings)

@@ -1,0 +1,206 @@
+"""Memory per rank of a training configuration: parameters, gradients, optimizer state and
+activations, for each pipeline stage, and whether the busiest rank fits on the device.
+
+Model (a GPT decoder block: fused QKV with bias, attention-out, an MLP, two layer norms):
+
+- parameters per layer: attention 4h² + 4h, MLP 2hf + f + h (gated: 3hf), norms 4h; embedding
+  (vocab + seq)·h (learned positions) on the first stage, final norm 2h and an untied LM head
+  vocab·h on the last. Tensor parallelism splits the weight matrices, the column-parallel biases
+  and the vocabulary (Megatron); norms and row-parallel biases are replicated.
+- gradients: one per parameter, dtype_bytes each. Optimizer (AdamW): two fp32 moments, plus an
+  fp32 master copy when training in 2-byte precision (ZeRO paper's 2 + 2 + 12 bytes/parameter).
+  ZeRO stage ≥ 1 shards the optimizer state over dp, ≥ 2 the gradients, 3 the parameters.
+- activations per layer per micro-batch, Korthikanti et al. 2022 ("Reducing Activation
+  Recomputation in Large Transformer Models", §4): s·b·h·(34 + 5·a·s/h) bytes in 2-byte precision
+  without parallelism, where 34 = 11 (attention) + 19 (MLP with f = 4h) + 4 (norms). Here the MLP
+  term is 3 + 4·f/h so other FFN sizes scale (19 at f = 4h). Tensor parallel without sequence
+  parallel: s·b·h·(10 + 24/t + 5·a·s/(h·t)), generalised the same way; with sequence parallel
+  everything is divided by t. Selective recomputation drops the 5·a·s/h term; full recomputation
+  keeps only each layer's 2·s·b·h input (/t with sequence parallel) plus one layer recomputed at
+  a time. Scaled by dtype_bytes / 2 for other precisions. The LM head's logits for the loss add
+  4·s·b·v/t on the last stage.
+- micro-batches whose activations a stage holds: 1F1B up to min(pp − stage, m), GPipe all m.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lumos.estimate.config import ModelConfig
+
+__all__ = [
+    "MemoryEstimate",
+    "StageMemory",
+    "estimate_memory",
+    "layer_activation_bytes",
+    "params_per_layer",
+    "model_params",
+    "stage_layers",
+    "in_flight",
+]
+
+
+def params_per_layer(cfg: ModelConfig, tp: int = 1) -> int:
+    """Parameters of one transformer block held by one tensor-parallel rank."""
+    h, f = cfg.hidden, cfg.ffn_size
+    mlp_mats = 3 if cfg.gated_mlp else 2
+    split = (4 * h * h + mlp_mats * h * f + 3 * h + (0 if cfg.gated_mlp else f)) // tp
+    replicated = h + (0 if cfg.gated_mlp else h) + 4 * h  # row-parallel biases, two norms
+    return split + replicated
+
+
+def _embedding_params(cfg: ModelConfig, tp: int = 1) -> int:
+    return (cfg.vocab // tp) * cfg.hidden + cfg.seq * cfg.hidden
+
+
+def _head_params(cfg: ModelConfig, tp: int = 1) -> int:
+    return 2 * cfg.hidden + (cfg.vocab // tp) * cfg.hidden
+
+
+def model_params(cfg: ModelConfig) -> int:
+    """Parameters of the whole (unsharded) model."""
+    return cfg.layers * params_per_layer(cfg) + _embedding_params(cfg) + _head_params(cfg)
+
+
+def stage_layers(layers: int, pp: int) -> list[int]:
+    """Blocks per pipeline stage: contiguous, equal, the first stages take the remainder."""
+    q, r = divmod(layers, pp)
+    return [q + (1 if i < r else 0) for i in range(pp)]
+
+
+def in_flight(cfg: ModelConfig, stage: int) -> int:
+    """Micro-batches whose activations stage `stage` holds at its peak."""
+    m = cfg.num_micro_batches
+    if cfg.pp == 1:
+        return 1  # gradient accumulation: each backward frees its micro-batch before the next
+    if cfg.pp_schedule == "gpipe":
+        return m
+    return min(cfg.pp - stage, m)
+
+
+def layer_activation_bytes(cfg: ModelConfig) -> int:
+    """Activation bytes of one block for one micro-batch on one tensor-parallel rank."""
+    s, b, h, a, t = cfg.seq, cfg.micro_batch, cfg.hidden, cfg.heads, cfg.tp
+    f = cfg.ffn_size
+    sbh = s * b * h
+    if cfg.recompute == "full":
+        return sbh * 2 // (t if cfg.sequence_parallel else 1) * cfg.dtype_bytes // 2
+    # Korthikanti et al.: 10 (per-rank-replicated) + 24 (split) with f = 4h; MLP 3 + 4f/h.
+    split = 24 - 16 + 4 * f / h  # the f-dependent MLP part is split by tp
+    attn_sq = 0.0 if cfg.recompute == "selective" else 5 * a * s / h
+    if cfg.sequence_parallel or t == 1:
+        per = sbh * (10 + split + attn_sq) / t
+    else:
+        per = sbh * (10 + split / t + attn_sq / t)
+    return int(round(per * cfg.dtype_bytes / 2))
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    stage: int
+    layers: int
+    params: int  # count, per rank
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    activation_bytes: int
+    micro_batches_held: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.param_bytes + self.grad_bytes + self.optimizer_bytes + self.activation_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "layers": self.layers,
+            "params": self.params,
+            "param_bytes": self.param_bytes,
+            "grad_bytes": self.grad_bytes,
+            "optimizer_bytes": self.optimizer_bytes,
+            "activation_bytes": self.activation_bytes,
+            "micro_batches_held": self.micro_batches_held,
+            "total_bytes": self.total_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    stages: list[StageMemory]
+    device_memory: int  # 0: unknown
+    model_params: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def peak(self) -> StageMemory:
+        return max(self.stages, key=lambda st: st.total_bytes)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes on the busiest rank."""
+        return self.peak.total_bytes
+
+    @property
+    def fits(self) -> bool | None:
+        """None when the device memory is unknown."""
+        return None if not self.device_memory else self.memory_bytes <= self.device_memory
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "memory_bytes": self.memory_bytes,
+            "device_memory": self.device_memory or None,
+            "fits": self.fits,
+            "model_params": self.model_params,
+            "peak_stage": self.peak.stage,
+            "stages": [st.to_dict() for st in self.stages],
+            "notes": list(self.notes),
+        }
+
+
+def estimate_memory(cfg: ModelConfig, device_memory: int | None = None) -> MemoryEstimate:
+    """Memory of every pipeline stage's rank for `cfg` (device memory: argument, else the
+    config's `device_memory`, else unknown)."""
+    cfg.validate()
+    t, dp, z = cfg.tp, cfg.dp, cfg.zero_stage
+    mixed = cfg.dtype_bytes < 4
+    # AdamW: m and v in fp32, plus the fp32 master weights under mixed precision.
+    opt_per_param = 8 + (4 if mixed else 0)
+    act_layer = layer_activation_bytes(cfg)
+    stages = []
+    per_stage = stage_layers(cfg.layers, cfg.pp)
+    for i, n_layers in enumerate(per_stage):
+        params = n_layers * params_per_layer(cfg, t)
+        if i == 0:
+            params += _embedding_params(cfg, t)
+        if i == cfg.pp - 1:
+            params += _head_params(cfg, t)
+        held = in_flight(cfg, i)
+        act = n_layers * act_layer * held
+        if cfg.recompute == "full":
+            full = layer_activation_bytes(cfg.replace(recompute="none"))
+            act += full  # one block's activations rebuilt during its backward
+        if i == cfg.pp - 1 and cfg.vocab:
+            act += 4 * cfg.seq * cfg.micro_batch * cfg.vocab // t * held
+        stages.append(
+            StageMemory(
+                stage=i,
+                layers=n_layers,
+                params=params,
+                param_bytes=params * cfg.dtype_bytes // (dp if z >= 3 else 1),
+                grad_bytes=params * cfg.dtype_bytes // (dp if z >= 2 else 1),
+                optimizer_bytes=params * opt_per_param // (dp if z >= 1 else 1),
+                activation_bytes=act,
+                micro_batches_held=held,
+            )
+        )
+    notes = [
+        "activations: Korthikanti et al. 2022, s·b·h·(34 + 5·a·s/h) per layer (2-byte, no TP), "
+        "MLP term generalised to 3 + 4·f/h",
+        f"optimizer: AdamW, {opt_per_param} bytes/parameter"
+        + (" (fp32 moments + master copy)" if mixed else " (fp32 moments)"),
+    ]
+    if cfg.vocab == 0:
+        notes.append("vocab unknown (0): embedding, LM head and logits not counted")
+    dev = device_memory if device_memory is not None else cfg.device_memory
+    return MemoryEstimate(stages, int(dev or 0), model_params(cfg), notes)

@@ -1,0 +1,21 @@
+-- estimate/collectives: communication of one job per rank, grouped by operator, collective name
+-- and process group: c10d ops (gloo and NCCL), record_param_comms and NCCL annotations. Kernels
+-- are left out (NCCL's SendRecv kernel also carries all_to_all, so its name misleads).
+SELECT
+    rank,
+    name,
+    coll_name,
+    group_size,
+    pg_ranks,
+    pg_name,
+    max(in_nelems) AS in_nelems,
+    any_value(input_dims) AS input_dims,
+    count(*) AS n,
+    min(ts_ns) AS first_ns
+FROM events
+WHERE job = $job
+  AND cat IN ('cpu_op', 'user_annotation')
+  AND (name LIKE 'c10d::%' OR name = 'record_param_comms' OR name LIKE 'nccl:%'
+       OR name LIKE 'gloo:%')
+GROUP BY ALL
+ORDER BY rank, first_ns;

@@ -1,0 +1,13 @@
+-- estimate/meta: per rank, world size and process groups (distributedInfo) and device memory
+-- (deviceProperties[0].totalGlobalMem), for the parallel degrees and the memory check.
+SELECT
+    t.rank,
+    d.world_size,
+    d.backend,
+    d.pg_config_json,
+    TRY_CAST(m.value_json -> 0 ->> 'totalGlobalMem' AS BIGINT) AS device_memory,
+    m.value_json -> 0 ->> 'name' AS device_name
+FROM (SELECT DISTINCT rank FROM events WHERE job = $job) t
+LEFT JOIN distributed_info d ON d.job = $job AND d.rank = t.rank
+LEFT JOIN trace_meta m ON m.job = $job AND m.rank = t.rank AND m.key = 'deviceProperties'
+ORDER BY t.rank;

@@ -1,0 +1,20 @@
+-- estimate/names: annotation and module names of one job per rank: user annotations
+-- (layer_<i>, forward_mb<m>, ProfilerStep#n, ...) and with_modules Python frames
+-- ('nn.Module: GPT2Block_3'), loss operators and checkpoint markers, with their count and first
+-- and last start.
+SELECT
+    rank,
+    cat,
+    name,
+    count(*) AS n,
+    min(ts_ns) AS first_ns,
+    max(ts_ns) AS last_ns
+FROM events
+WHERE job = $job
+  AND ((cat = 'user_annotation')
+       OR (cat = 'python_function' AND name LIKE 'nn.Module: %')
+       OR (cat = 'cpu_op' AND (lower(name) LIKE '%checkpoint%' OR name LIKE 'ProfilerStep#%'
+                          OR name IN ('aten::cross_entropy_loss', 'aten::nll_loss_nd',
+                                      'aten::nll_loss'))))
+GROUP BY ALL
+ORDER BY rank, first_ns;
