@@ -22,6 +22,9 @@ COMMAND_MODULES = [
     "lumos.commands.opbench",
     "lumos.commands.opmodel",
     "lumos.commands.replay",
+    "lumos.commands.explain",
+    "lumos.commands.export",
+    "lumos.commands.describe",
 ]
 
 

@@ -220,3 +220,84 @@ ITERATION_REPLAY = pa.schema(
     ]
 )
 TABLES["iteration_replay"] = ITERATION_REPLAY
+
+# Explanations of measured and replayed iterations (issue 3 item 5, lumos/explain/), one Parquet
+# file per job under <wh>/<table>/job=<enc>/. `mode` is 'measured' (the trace's own times),
+# 'model' or 'identity' (the replay's schedules). Times are ns from the rank's origin.
+BREAKDOWN = pa.schema(
+    [
+        pa.field("job", pa.string(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("mode", pa.string(), nullable=False),
+        pa.field("span_start_ns", pa.int64(), nullable=False),  # the step's GPU span
+        pa.field("span_end_ns", pa.int64(), nullable=False),
+        pa.field("span_ns", pa.int64(), nullable=False),
+        pa.field("exposed_compute_ns", pa.int64(), nullable=False),  # compute, no communication
+        pa.field("overlapped_ns", pa.int64(), nullable=False),  # compute and communication
+        pa.field("exposed_comm_ns", pa.int64(), nullable=False),  # communication, no compute
+        pa.field("idle_ns", pa.int64(), nullable=False),  # other/idle: no GPU task busy
+        pa.field("n_gpu_tasks", pa.int64(), nullable=False),  # GPU tasks of the step
+        pa.field("warmup", pa.bool_(), nullable=False),
+        pa.field("truncated", pa.bool_(), nullable=False),
+    ]
+)
+TABLES["breakdown"] = BREAKDOWN
+
+SM_UTILIZATION = pa.schema(
+    [
+        pa.field("job", pa.string(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("mode", pa.string(), nullable=False),
+        pa.field("bin", pa.int32(), nullable=False),  # 1 ms bins from the step's GPU span start
+        pa.field("bin_start_ns", pa.int64(), nullable=False),
+        pa.field("bin_ns", pa.int64(), nullable=False),  # 1 ms, the last bin of a step shorter
+        pa.field("busy_ns", pa.int64(), nullable=False),  # time with at least one busy stream
+        pa.field("busy_share", pa.float64(), nullable=False),  # busy_ns / bin_ns
+    ]
+)
+TABLES["sm_utilization"] = SM_UTILIZATION
+
+# One row per node of the critical path of a replayed step, last node first (pos 0). The node
+# covers [lo_ns, hi_ns]: its execution after its start (exec_ns, category exec_cat) and the gap
+# before it (gap_ns, gap_cat); see lumos/explain/critical_path.py for the categories.
+CRITICAL_PATH = pa.schema(
+    [
+        pa.field("job", pa.string(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("mode", pa.string(), nullable=False),  # 'model' | 'identity'
+        pa.field("pos", pa.int64(), nullable=False),
+        pa.field("task", pa.int64(), nullable=False),
+        pa.field("src", pa.int64(), nullable=False),  # crit_src: the task that bound it, -1 none
+        pa.field("crit_kind", pa.int8(), nullable=False),  # kernels.replay.Crit
+        pa.field("lo_ns", pa.int64(), nullable=False),
+        pa.field("hi_ns", pa.int64(), nullable=False),
+        pa.field("exec_ns", pa.int64(), nullable=False),
+        pa.field("exec_cat", pa.string(), nullable=False),
+        pa.field("gap_ns", pa.int64(), nullable=False),
+        pa.field("gap_cat", pa.string(), nullable=False),
+    ]
+)
+TABLES["critical_path"] = CRITICAL_PATH
+
+# Per replayed step and category, the time of the step's window (first start to last end of its
+# tasks) that the critical path spent there; shares of one step and mode sum to 1.
+CRITICAL_PATH_SUMMARY = pa.schema(
+    [
+        pa.field("job", pa.string(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("mode", pa.string(), nullable=False),
+        pa.field("category", pa.string(), nullable=False),  # cpu, gpu_compute, communication, ...
+        pa.field("ns", pa.int64(), nullable=False),
+        pa.field("share", pa.float64(), nullable=False),
+        pa.field("window_start_ns", pa.int64(), nullable=False),
+        pa.field("window_end_ns", pa.int64(), nullable=False),
+        pa.field("n_nodes", pa.int64(), nullable=False),  # nodes of the step's critical path
+        pa.field("warmup", pa.bool_(), nullable=False),
+        pa.field("truncated", pa.bool_(), nullable=False),
+    ]
+)
+TABLES["critical_path_summary"] = CRITICAL_PATH_SUMMARY

@@ -1,0 +1,1 @@
+"""Exports of replayed iterations for people: Chrome-trace JSON that ui.perfetto.dev opens."""

@@ -1,0 +1,41 @@
+-- x_task: every task of the job with the step it belongs to and its class, for the explanations
+-- and the export (lumos/explain, lumos/export). Reads the relations `tasks` and `iterations` (the
+-- replay's tables of one job, as views or registered Arrow tables).
+--
+-- Step of a task (the rules of graph/iterations.sql):
+-- * CPU task: the step whose [CPU start, next step start) holds its traced start (the last step:
+--   [start, CPU end]); a CPU task outside every step has no step.
+-- * GPU task: the step of its launching runtime call, never its GPU time (the GPU can run 90 ms
+--   behind the CPU). A GPU task without a launch in the trace has no step: it still counts in
+--   the GPU timeline (breakdown, utilisation) of whatever step's span it falls in.
+-- Class `cls` of a GPU task: 1 = communication (NCCL/RCCL collective and p2p kernels, kind 14 or a
+-- collective-looking name; peer-to-peer memcpy "PtoP"/"Peer"), 0 = compute (every other kernel,
+-- memcpy and memset: they occupy the GPU and are not inter-GPU communication), NULL for CPU tasks
+-- and zero-length stream-wait tasks (kind 13).
+CREATE OR REPLACE TEMP TABLE x_it AS
+SELECT rank, step, warmup, truncated, cpu_start_ns, coalesce(next_start_ns, cpu_end_ns) AS stop_ns
+FROM iterations;
+
+CREATE OR REPLACE TEMP TABLE x_cpu_step AS
+SELECT t.rank, t.task, i.step
+FROM (SELECT rank, task, ts_ns + origin_ns AS abs_ns FROM tasks WHERE NOT is_gpu) AS t
+ASOF JOIN x_it AS i ON i.rank = t.rank AND t.abs_ns >= i.cpu_start_ns
+WHERE t.abs_ns < i.stop_ns;
+
+CREATE OR REPLACE TEMP TABLE x_task AS
+SELECT t.job, t.rank, t.task, t.proc, t.is_gpu, t.kind, t.role, t.name, t.pid, t.tid, t.device,
+       t.stream, t.ts_ns, t.ts_ns + t.dur_ns AS end_ns, t.dur_ns, t.launch_src,
+       CASE WHEN t.is_gpu THEN l.step ELSE c.step END AS step,
+       CAST(CASE
+           WHEN NOT t.is_gpu OR t.kind = 13 THEN NULL
+           WHEN t.kind = 14
+             OR regexp_matches(t.name, '(?i)(nccl|rccl|allreduce|all_reduce|allgather|all_gather|'
+                                       || 'reducescatter|reduce_scatter|alltoall|all_to_all|'
+                                       || 'sendrecv)')
+             OR (t.kind = 11 AND regexp_matches(t.name, '(?i)(ptop|peer)')) THEN 1
+           ELSE 0
+       END AS TINYINT) AS cls
+FROM tasks AS t
+LEFT JOIN x_cpu_step AS c ON c.rank = t.rank AND c.task = t.task
+LEFT JOIN x_cpu_step AS l ON l.rank = t.rank AND l.task = t.launch_src
+ORDER BY t.rank, t.task;
