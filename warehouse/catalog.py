@@ -18,7 +18,7 @@ import lumos_sql
 from warehouse.layout import Layout
 from warehouse.manifest import commit_lock
 
-__all__ = ["VIEWS", "build_catalog", "catalog_is_current"]
+__all__ = ["DERIVED_VIEWS", "VIEWS", "build_catalog", "catalog_is_current", "present_derived_views"]
 
 # Creation order matters: later views read earlier ones.
 VIEWS: tuple[str, ...] = (
@@ -32,10 +32,41 @@ VIEWS: tuple[str, ...] = (
     "refused",
 )
 
-# Tables derived by later stages, each written as `<wh>/<name>/**/*.parquet` with its
-# `_schema.parquet`; the view (`lumos_sql/<name>/view.sql`, slot `{{<name>_glob}}`) is created
-# once that marker exists.
-DERIVED_VIEWS: tuple[str, ...] = ("collectives",)
+# Tables derived by later stages, each written as `<wh>/<name>/**/*.parquet`. A view is created
+# once the folder holds a Parquet file: `lumos_sql/<name>/view.sql` (slot `{{<name>_glob}}`) when
+# the table has its own view, else the generic `lumos_sql/catalog/derived.sql`.
+DERIVED_VIEWS: tuple[str, ...] = (
+    "collectives",
+    "iterations",
+    "tasks",
+    "deps",
+    "kernels",
+    "schedules",
+    "iteration_replay",
+    "replay_quality",
+    "breakdown",
+    "sm_utilization",
+    "critical_path",
+    "critical_path_summary",
+    "opbench",
+    "estimates",
+)
+
+
+def present_derived_views(layout: Layout) -> list[str]:
+    """The derived tables that have at least one Parquet file in this warehouse."""
+    out = []
+    for name in DERIVED_VIEWS:
+        folder = layout.root / name
+        if folder.is_dir() and next(folder.rglob("*.parquet"), None) is not None:
+            out.append(name)
+    return out
+
+
+def _derived_view_sql(name: str, glob: str) -> str:
+    if f"{name}/view" in lumos_sql.names():
+        return lumos_sql.render(f"{name}/view", **{f"{name}_glob": glob})
+    return lumos_sql.render("catalog/derived", view=name, glob=glob)
 
 
 def _literal(text: str) -> str:
@@ -59,10 +90,9 @@ def build_catalog(warehouse: str | os.PathLike[str]) -> Path:
             slots["trace_meta_glob"] = _literal(layout.glob("trace_meta"))
             for view in VIEWS:
                 con.execute(lumos_sql.render(f"catalog/{view}", **slots))
-            for name in DERIVED_VIEWS:
-                if (layout.root / name / "_schema.parquet").exists():
-                    glob = _literal(str(layout.root / name / "**" / "*.parquet"))
-                    con.execute(lumos_sql.render(f"{name}/view", **{f"{name}_glob": glob}))
+            for name in present_derived_views(layout):
+                glob = _literal(str(layout.root / name / "**" / "*.parquet"))
+                con.execute(_derived_view_sql(name, glob))
             con.execute(
                 lumos_sql.render(
                     "catalog/info",
@@ -98,4 +128,5 @@ def catalog_is_current(warehouse: str | os.PathLike[str]) -> bool:
         return False
     finally:
         con.close()
-    return root == str(layout.root) and set(VIEWS) <= names
+    # A derived table written since the catalog was built needs its view added.
+    return root == str(layout.root) and set(VIEWS) | set(present_derived_views(layout)) <= names

@@ -83,8 +83,12 @@ TRACES = pa.schema(
         pa.field("device", pa.string()),  # e.g. 'NVIDIA A100-SXM4-40GB', 'cpu', 'mtia'
         pa.field("world_size", pa.int32()),
         pa.field("schema_version", pa.string()),
-        pa.field("trace_format", pa.string()),  # 'kineto', 'kineto-legacy', ... or what it looked like
-        pa.field("rank_source", pa.string()),  # 'distributedInfo' | 'file name' | 'single file' | 'given'
+        pa.field(
+            "trace_format", pa.string()
+        ),  # 'kineto', 'kineto-legacy', ... or what it looked like
+        pa.field(
+            "rank_source", pa.string()
+        ),  # 'distributedInfo' | 'file name' | 'single file' | 'given'
         pa.field("first_ts_ns", pa.int64()),
         pa.field("last_ts_ns", pa.int64()),
         pa.field("events_file", pa.string()),  # relative to the warehouse root

@@ -12,18 +12,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--job", action="append", help="job to replay (repeatable; default: all)")
     p.add_argument("--warehouse", default=None, help="warehouse directory ($LUMOS_WAREHOUSE)")
+    p.add_argument(
+        "--no-explain",
+        action="store_true",
+        help="skip the explanation tables (breakdown, SM utilisation, critical path)",
+    )
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from lumos.api import WarehouseNotFound
+    from lumos.api import Warehouse, WarehouseNotFound
+    from lumos.explain.run import explain_job
     from lumos.replay.run import run
+    from warehouse.catalog import build_catalog
 
     try:
         results = run(args.warehouse, args.job)
     except (WarehouseNotFound, ValueError) as exc:
         print(f"lumos replay: {exc}")
         return 2
+    root = Warehouse.open(args.warehouse).root
+    if not args.no_explain:
+        for res in results:
+            explain_job(root, res.job)
+    # The result tables are new folders: give them views in the catalog.
+    build_catalog(root)
     print(
         f"{'job':<24} {'rank':>4} {'metric':<9} {'steps':>5} {'model med/max %':>16} "
         f"{'identity med/max %':>19} {'slack ms':>9}"
