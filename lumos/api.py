@@ -82,19 +82,21 @@ class Warehouse:
     def catalog(self) -> Path:
         return Layout(self.root).catalog_path
 
-    def arrow(self, query: str) -> pa.Table:
-        """Run a query on the catalog's views; the result as an Arrow table."""
+    def arrow(self, query: str, params: dict[str, object] | None = None) -> pa.Table:
+        """Run a query on the catalog's views; the result as an Arrow table.
+
+        `params` fills DuckDB's `$name` placeholders (values, never spliced into the text)."""
         import duckdb
 
         con = duckdb.connect(str(self.catalog), read_only=True)
         try:
-            return con.sql(query).to_arrow_table()
+            return con.sql(query, params=params or None).to_arrow_table()
         finally:
             con.close()
 
-    def sql(self, query: str) -> pd.DataFrame:
+    def sql(self, query: str, params: dict[str, object] | None = None) -> pd.DataFrame:
         """Run a query on the catalog's views; the result as a pandas DataFrame."""
-        return to_pandas(self.arrow(query))
+        return to_pandas(self.arrow(query, params))
 
     def ingest(
         self,

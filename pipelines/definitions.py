@@ -10,14 +10,16 @@ import dagster as dg
 
 from pipelines.assets.catalog import warehouse_catalog
 from pipelines.assets.ingest import trace_events
+from pipelines.assets.replay import job_replay
 from pipelines.checks import trace_events_checks
+from pipelines.checks_replay import replay_accuracy
 from pipelines.jobs import ingest_job
 from pipelines.resources import WarehouseResource
 from pipelines.schedules import nightly_ingest
 from pipelines.sensors import inbox_sensor
 
-ASSETS = [trace_events, warehouse_catalog]
-ASSET_CHECKS = [trace_events_checks]
+ASSETS = [trace_events, job_replay, warehouse_catalog]
+ASSET_CHECKS = [trace_events_checks, replay_accuracy]
 
 
 def build_definitions(resource: WarehouseResource | None = None) -> dg.Definitions:

@@ -11,11 +11,12 @@ import dagster as dg
 
 from pipelines.assets.catalog import warehouse_catalog
 from pipelines.assets.ingest import trace_events
+from pipelines.assets.replay import job_replay
 
 ingest_job = dg.define_asset_job(
     name="ingest_job",
-    selection=dg.AssetSelection.assets(trace_events, warehouse_catalog),
+    selection=dg.AssetSelection.assets(trace_events, job_replay, warehouse_catalog),
     executor_def=dg.in_process_executor,
-    description="Ingest one training job's traces (a `trace_jobs` partition), check them, and "
-    "rebuild the DuckDB catalog.",
+    description="Ingest one training job's traces (a `trace_jobs` partition), check them, replay "
+    "and explain its iterations, and rebuild the DuckDB catalog.",
 )

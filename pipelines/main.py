@@ -4,8 +4,10 @@ Steps, in order (later issues append replay and estimation steps to `STEPS`):
 
 1. `instance`   a persistent local Dagster instance in `./.dagster_home` (SQLite, `dagster.yaml`);
 2. `register`   each job of the inbox (`examples/traces/`) as a `trace_jobs` partition;
-3. `ingest`     one `ingest_job` run per job: ingest its ranks, check them, rebuild the catalog;
-4. `show`       what the warehouse holds, queried through `lumos.api.Warehouse`.
+3. `ingest`     one `ingest_job` run per job: ingest its ranks, check them, replay and explain
+                its iterations, rebuild the catalog;
+4. `show`       what the warehouse holds, queried through `lumos.api.Warehouse`;
+5. `replay`     replayed vs measured iteration times per job, rank and metric.
 
 Re-running is cheap: every file is already in the warehouse (same content hash), so the ingest
 steps skip them. The runs appear in `dagster dev` started with the same `DAGSTER_HOME`.
@@ -161,11 +163,25 @@ def step_show(ctx: MainContext) -> None:
         ctx.say(ctx.tables["categories"].to_string(index=False))
 
 
+def step_replay(ctx: MainContext) -> None:
+    """Replayed vs measured iterations (model replay; identity replay as a graph check)."""
+    import pandas as pd
+
+    import lumos_sql
+    from lumos.api import Warehouse
+
+    wh = Warehouse.open(ctx.warehouse)
+    ctx.tables["replay"] = wh.sql(lumos_sql.load("main/replay"))
+    with pd.option_context("display.width", 140, "display.max_columns", 20):
+        ctx.say(ctx.tables["replay"].to_string(index=False))
+
+
 STEPS: list[tuple[str, Callable[[MainContext], None]]] = [
     ("instance", step_instance),
     ("register", step_register),
     ("ingest", step_ingest),
     ("show", step_show),
+    ("replay", step_replay),
 ]
 
 

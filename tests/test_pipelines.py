@@ -24,7 +24,9 @@ import pytest
 
 from pipelines.assets.catalog import warehouse_catalog
 from pipelines.assets.ingest import TraceEventsConfig, job_files, trace_events
+from pipelines.assets.replay import job_replay
 from pipelines.checks import trace_events_checks
+from pipelines.checks_replay import replay_accuracy
 from pipelines.definitions import defs
 from pipelines.partitions import TRACE_JOBS
 from pipelines.resources import WarehouseResource
@@ -79,12 +81,14 @@ def test_definitions_load_with_the_dagster_cli(tmp_path: Path) -> None:
     graph = defs.resolve_asset_graph()
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {
         "trace_events",
+        "job_replay",
         "warehouse_catalog",
     }
     assert {c.name for c in graph.asset_check_keys} == {
         "ranks_complete",
         "no_refused_files",
         "has_events",
+        "replay_accuracy",
     }
     assert warehouse_catalog.op.pool == "catalog"
     assert defs.resolve_sensor_def("inbox_sensor").job_name == "ingest_job"
@@ -258,6 +262,37 @@ def test_main_job_end_to_end_then_a_fast_no_op(tmp_path: Path, inbox: Path) -> N
     assert len(instance.get_runs()) == 2
     assert instance.get_materialized_partitions(trace_events.key) == {"dlrm_8rank", "nccl_a100"}
 
+    # the replay step: every rank and metric of each job, model error against the trace's own
+    # measurement (DLRM: one CPU step and one GPU span per rank, README of the bundled traces)
+    replay = first.tables["replay"]
+    dlrm = replay[replay["job"] == "dlrm_8rank"]
+    assert sorted(set(dlrm["rank"])) == list(range(8))
+    assert set(dlrm["metric"]) == {"cpu_step", "gpu_span"}
+    assert (replay["model_max_pct"] >= 0).all()
+    assert "replayed vs measured" in out.getvalue().lower()
+
     second = run_main(**paths, out=io.StringIO())
     assert all(o.metadata["files_ingested"] == 0 for o in second.outcomes)
     assert second.tables["jobs"]["events"].to_list() == jobs["events"].to_list()
+
+
+def test_replay_asset_and_its_accuracy_check_on_a_real_job(
+    inbox: Path, warehouse_dir: Path
+) -> None:
+    """The replay asset materialises per job partition after ingestion; its check judges the
+    model replay of every rank against the trace's measured iterations."""
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(TRACE_JOBS, ["dlrm_8rank"])
+    result = dg.materialize(
+        [trace_events, job_replay, replay_accuracy],
+        partition_key="dlrm_8rank",
+        instance=instance,
+        resources=_resources(inbox, warehouse_dir),
+    )
+    assert result.success
+    (mat,) = result.asset_materializations_for_node("job_replay")
+    assert mat.metadata["ranks"].value == 8
+    check = _checks(result)["replay_accuracy"]
+    assert check.severity == dg.AssetCheckSeverity.WARN
+    assert check.metadata["metrics_checked"].value == 16  # 8 ranks x (cpu_step, gpu_span)
+    assert check.passed, check.description

@@ -12,13 +12,14 @@ import time
 import dagster as dg
 
 from pipelines.assets.ingest import trace_events
+from pipelines.assets.replay import job_replay
 from pipelines.resources import WarehouseResource
 
 CATALOG_POOL = "catalog"
 
 
 @dg.asset(
-    deps=[trace_events],
+    deps=[trace_events, job_replay],
     pool=CATALOG_POOL,
     group_name="warehouse",
     kinds={"duckdb"},

@@ -1,0 +1,65 @@
+"""Asset check on each job partition of `job_replay`.
+
+`replay_accuracy` (WARN): the model replay reproduces every measured metric within the bounds the
+project holds itself to (median ≤ 1 %, max ≤ 3 % over complete steps). When it does not, the
+check names the likely cause from the data: GPU start delays that no dependency explains (missing
+sync or inter-stream events in the trace), or collectives without their peers in the warehouse.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the parameter annotations at runtime.
+
+import dagster as dg
+
+from pipelines.assets.replay import job_replay
+from pipelines.resources import WarehouseResource
+
+MEDIAN_BOUND = 0.01
+MAX_BOUND = 0.03
+
+
+def likely_cause(row: dict, unmatched_collectives: int) -> str:
+    """A short reason for a high replay error, from the trace's own quality figures."""
+    reasons = []
+    if row["n_unexplained"]:
+        reasons.append(
+            f"{row['n_unexplained']} GPU tasks start {row['unexplained_slack_ns'] / 1e6:.2f} ms "
+            "later than any dependency explains (missing sync / inter-stream events)"
+        )
+    if unmatched_collectives:
+        reasons.append(f"{unmatched_collectives} collectives not matched across ranks")
+    return "; ".join(reasons) or "no trace-quality flag: a timing rule of the model"
+
+
+@dg.asset_check(asset=job_replay, partitions_def=job_replay.partitions_def)
+def replay_accuracy(
+    context: dg.AssetCheckExecutionContext, lumos: WarehouseResource
+) -> dg.AssetCheckResult:
+    import lumos_sql
+    from lumos.api import Warehouse
+
+    job = context.partition_key
+    wh = Warehouse.open(lumos.warehouse_path)
+    rows = wh.sql(lumos_sql.load("pipelines/replay_health"), params={"job": job}).to_dict("records")
+    unmatched = 0
+    if "collectives" in set(wh.sql("select view_name from duckdb_views()")["view_name"]):
+        unmatched = int(
+            wh.sql(lumos_sql.load("pipelines/unmatched_collectives"), params={"job": job}).iloc[
+                0, 0
+            ]
+        )
+    bad = [
+        r for r in rows if r["median_rel_error"] > MEDIAN_BOUND or r["max_rel_error"] > MAX_BOUND
+    ]
+    lines = [
+        f"rank {r['rank']} {r['metric']}: median {100 * r['median_rel_error']:.2f} %, "
+        f"max {100 * r['max_rel_error']:.2f} % ({likely_cause(r, unmatched)})"
+        for r in bad
+    ]
+    return dg.AssetCheckResult(
+        passed=bool(rows) and not bad,
+        severity=dg.AssetCheckSeverity.WARN,
+        description="\n".join(lines)
+        if lines
+        else ("no complete step to judge" if not rows else "within bounds"),
+        metadata={"metrics_checked": len(rows), "metrics_out_of_bounds": len(bad)},
+    )
