@@ -25,6 +25,8 @@ COMMAND_MODULES = [
     "lumos.commands.explain",
     "lumos.commands.export",
     "lumos.commands.describe",
+    "lumos.commands.estimate",
+    "lumos.commands.sweep",
 ]
 
 

@@ -50,6 +50,7 @@ DERIVED_VIEWS: tuple[str, ...] = (
     "critical_path_summary",
     "opbench",
     "estimates",
+    "job_configs",  # its view.sql also creates estimate_vs_measured (written with estimates)
 )
 
 

@@ -305,3 +305,53 @@ CRITICAL_PATH_SUMMARY = pa.schema(
     ]
 )
 TABLES["critical_path_summary"] = CRITICAL_PATH_SUMMARY
+
+# One row per estimated configuration (lumos estimate --save / lumos sweep): a column per
+# configuration key (lumos.estimate.config.ModelConfig), the prediction and its interval, memory.
+ESTIMATE_CONFIG_FIELDS = [
+    pa.field("layers", pa.int64(), nullable=False),
+    pa.field("hidden", pa.int64(), nullable=False),
+    pa.field("ffn", pa.int64(), nullable=False),
+    pa.field("heads", pa.int64(), nullable=False),
+    pa.field("seq", pa.int64(), nullable=False),
+    pa.field("micro_batch", pa.int64(), nullable=False),
+    pa.field("num_micro_batches", pa.int64(), nullable=False),
+    pa.field("vocab", pa.int64(), nullable=False),
+    pa.field("dp", pa.int64(), nullable=False),
+    pa.field("pp", pa.int64(), nullable=False),
+    pa.field("tp", pa.int64(), nullable=False),
+    pa.field("pp_schedule", pa.string(), nullable=False),
+    pa.field("dtype_bytes", pa.int64(), nullable=False),
+    pa.field("recompute", pa.string(), nullable=False),
+    pa.field("zero_stage", pa.int64(), nullable=False),
+    pa.field("sequence_parallel", pa.bool_(), nullable=False),
+    pa.field("gated_mlp", pa.bool_(), nullable=False),
+    pa.field("device_memory", pa.int64(), nullable=False),
+]
+ESTIMATES = pa.schema(
+    [
+        pa.field("sweep_id", pa.string(), nullable=False),
+        pa.field("job", pa.string(), nullable=False),  # the base job predicted from
+        *ESTIMATE_CONFIG_FIELDS,
+        pa.field("speedups", pa.string(), nullable=False),  # JSON {class: factor}, '{}' for none
+        pa.field("predicted_ns", pa.int64(), nullable=False),
+        pa.field("interval_low_ns", pa.int64(), nullable=False),
+        pa.field("interval_high_ns", pa.int64(), nullable=False),
+        pa.field("memory_bytes", pa.int64(), nullable=False),
+        pa.field("fits", pa.bool_()),  # null when the device memory is unknown
+        pa.field("warnings", pa.string(), nullable=False),  # JSON list
+        pa.field("created_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+TABLES["estimates"] = ESTIMATES
+
+# The configuration of every job, as inferred from its trace (lumos.estimate.infer_base), so that
+# estimates can be paired with real runs (view estimate_vs_measured).
+JOB_CONFIGS = pa.schema(
+    [
+        pa.field("job", pa.string(), nullable=False),
+        *ESTIMATE_CONFIG_FIELDS,
+        pa.field("inferred_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+TABLES["job_configs"] = JOB_CONFIGS

@@ -1,0 +1,67 @@
+"""`lumos estimate --job JOB --set key=value ...`: predict one configuration from a job's trace
+(iteration time with an interval and a breakdown, memory per rank, whether it fits, warnings)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "estimate",
+        help="predict the iteration time and memory of another configuration of a traced job",
+        description="Predict a configuration from the trace of JOB: the base configuration is "
+        "inferred (see `lumos describe`) and overridden with --base; --set gives the target's "
+        "keys (layers hidden ffn heads seq micro_batch num_micro_batches vocab dp pp tp "
+        "pp_schedule ...) and kernel-class speed-ups (speedup.gemm=2, speedup.attn=1.5, "
+        "speedup.comm=2, speedup.all=1.1). Exits 2 on a bad key or value.",
+    )
+    p.add_argument("--job", required=True, help="base job name in the warehouse")
+    p.add_argument("--warehouse", default=None, help="warehouse directory ($LUMOS_WAREHOUSE)")
+    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
+    p.add_argument("--base", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--save", action="store_true", help="also write the row to `estimates`")
+    p.set_defaults(func=_run)
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+def _run(args: argparse.Namespace) -> int:
+    from lumos.estimate.config import ConfigError, parse_overrides
+    from lumos.estimate.estimator import Estimator, split_speedups
+    from lumos.estimate.layers import TemplateError
+    from lumos.estimate.transforms import TransformError
+
+    try:
+        base = parse_overrides(args.base, "--base")
+        keys, speed = split_speedups(args.set, "--set")
+        est = Estimator.open(args.warehouse, args.job, base)
+        target = est.target(keys, "--set")
+        pred = est.explain(target, speed)
+    except (ConfigError, TemplateError, TransformError, LookupError, FileNotFoundError) as exc:
+        print(f"lumos estimate: {exc}")
+        return 2
+    if args.save:
+        import uuid
+
+        from lumos.api import Warehouse
+        from lumos.estimate.store import write_estimates
+
+        write_estimates(Warehouse.open(args.warehouse), uuid.uuid4().hex[:12], args.job, [pred])
+    if args.json:
+        out = {"job": args.job, "base": est.base.to_dict(), **pred.to_dict()}
+        print(json.dumps(out, indent=2))
+        return 0
+    lo, hi = pred.interval_ns
+    print(f"predicted {_ms(pred.predicted_ns)}  interval [{_ms(lo)}, {_ms(hi)}]")
+    for k, v in (pred.breakdown or {}).items():
+        print(f"  {k:<14} {v if k == 'critical_stage' else _ms(v)}")
+    fits = {None: "unknown device memory", True: "fits", False: "DOES NOT FIT"}[pred.fits]
+    print(f"memory per rank {pred.memory_bytes / 2**20:.1f} MiB: {fits}")
+    for w in pred.warnings:
+        print(f"warning: {w}")
+    return 0

@@ -1,0 +1,88 @@
+"""Estimation accuracy on a ground-truth corpus (issue 5): predict every configuration of the
+corpus from one base job's trace and compare with the median traced step of the real run.
+
+A corpus is a folder of job folders written by `lumos groundtruth run` (each with a
+`measured.json`); `corpus_accuracy(corpus, warehouse)` ingests what is not yet in the warehouse
+and returns one row per configuration, with the run's own spread (cv, min, max of its traced
+steps) beside the error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+CONFIG_KEYS = (
+    "layers",
+    "hidden",
+    "ffn",
+    "heads",
+    "seq",
+    "micro_batch",
+    "num_micro_batches",
+    "vocab",
+    "dp",
+    "pp",
+    "tp",
+    "pp_schedule",
+)
+
+
+def measured(job_dir: Path) -> dict[str, Any]:
+    path = job_dir / "measured.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: cannot read measured.json ({e})") from None
+
+
+def corpus_jobs(corpus: Path) -> list[Path]:
+    return sorted(p for p in Path(corpus).iterdir() if (p / "measured.json").is_file())
+
+
+def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[dict[str, Any]]:
+    """One row per configuration: predicted vs measured median traced step, error, spread."""
+    from lumos.api import Warehouse
+    from lumos.estimate.estimator import Estimator
+
+    jobs = corpus_jobs(corpus)
+    if not any(j.name == base for j in jobs):
+        raise ValueError(f"{corpus}: no base job folder {base!r} with a measured.json")
+    wh = Warehouse.open(warehouse, create=True)
+    have = set(wh.sql("SELECT DISTINCT job FROM traces")["job"]) if _has_traces(wh) else set()
+    todo = [j for j in jobs if j.name not in have]
+    for j in todo:
+        wh.ingest([str(j)], job=j.name)
+    est = Estimator.open(warehouse, base)
+    rows = []
+    for j in jobs:
+        m = measured(j)
+        cfg = {k: m["config"][k] for k in CONFIG_KEYS if k in m["config"]}
+        if cfg.get("ffn") == 0:
+            cfg["ffn"] = 4 * cfg["hidden"]
+        target = est.target(cfg, f"{j}/measured.json")
+        pred = est.predict([target], parallel=False)[0]
+        step = m["traced"]["step"]
+        err = (pred.predicted_ns - step["median"]) / step["median"]
+        rows.append(
+            {
+                "config": j.name,
+                "predicted_ms": pred.predicted_ns / 1e6,
+                "measured_ms": step["median"] / 1e6,
+                "error_pct": 100 * err,
+                "cv_pct": 100 * step["cv"],
+                "min_ms": step["min"] / 1e6,
+                "max_ms": step["max"] / 1e6,
+                "in_interval": pred.interval_ns[0] <= step["median"] <= pred.interval_ns[1],
+            }
+        )
+    return rows
+
+
+def _has_traces(wh: Any) -> bool:
+    try:
+        wh.sql("SELECT 1 FROM traces LIMIT 1")
+    except Exception:  # noqa: BLE001 - an empty warehouse has no views yet
+        return False
+    return True

@@ -1,0 +1,113 @@
+"""Cost of the collectives the transforms insert.
+
+Ring all-reduce over n ranks: ``2(n-1)·alpha + 2(n-1)/n · bytes / bw`` (0 when n = 1);
+point-to-point: ``alpha + bytes / bw``; a send costs the sender ``alpha``.
+
+`CommModel.calibrate(warehouse, job)` fits ``alpha`` and ``bw`` on the gloo / NCCL collectives
+the warehouse holds on the job's kind of device (`lumos_sql/estimate/comm_samples.sql`: each
+all-reduce's per-rank duration, the fastest rank's being the least waited, against its message
+bytes); without samples it falls back to defaults per device kind and says so in `notes`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Defaults when the warehouse holds no collective to fit on (ns, bytes/ns).
+DEFAULTS = {
+    "cpu": (40_000.0, 1.0),  # gloo over loopback, one thread per rank
+    "gpu": (5_000.0, 50.0),  # NCCL inside a node
+}
+
+
+@dataclass
+class CommModel:
+    alpha_ns: float
+    bw_bytes_per_ns: float
+    source: str
+    notes: list[str] = field(default_factory=list)
+
+    def allreduce_ns(self, nbytes: float, n: int) -> float:
+        if n <= 1:
+            return 0.0
+        return 2 * (n - 1) * self.alpha_ns + 2 * (n - 1) / n * nbytes / self.bw_bytes_per_ns
+
+    def p2p_ns(self, nbytes: float) -> float:
+        return self.alpha_ns + nbytes / self.bw_bytes_per_ns
+
+    def send_ns(self) -> float:
+        return self.alpha_ns
+
+    @classmethod
+    def default(cls, kind: str = "cpu") -> CommModel:
+        a, b = DEFAULTS[kind]
+        return cls(
+            a,
+            b,
+            f"default-{kind}",
+            [f"collective costs from {kind} defaults (no collective in the warehouse to fit on)"],
+        )
+
+    @classmethod
+    def fit(cls, nbytes: np.ndarray, per_step_ns: np.ndarray, source: str) -> CommModel | None:
+        """Least squares of t = alpha + bytes/bw over single-step samples (two sizes at least)."""
+        if nbytes.size < 2 or np.unique(nbytes).size < 2:
+            return None
+        a_mat = np.stack([np.ones(nbytes.size), nbytes.astype(float)], axis=1)
+        coef, *_ = np.linalg.lstsq(a_mat, per_step_ns.astype(float), rcond=None)
+        if coef[1] <= 0:
+            return None
+        return cls(max(float(coef[0]), 1.0), 1.0 / float(coef[1]), source)
+
+    @classmethod
+    def calibrate(cls, wh: Any, job: str) -> CommModel:
+        """Fit on the warehouse's all-reduces on the same kind of device, else the defaults."""
+        import duckdb
+
+        import lumos_sql
+
+        try:
+            con = duckdb.connect(str(wh.catalog), read_only=True)
+        except duckdb.Error:
+            return cls.default()
+        try:
+            rows = con.execute(lumos_sql.load("estimate/comm_samples"), {"job": job}).fetchall()
+        except duckdb.Error:
+            rows = []
+        finally:
+            con.close()
+        kind = "cpu"
+        samples = [(r[0], _elements(r[1]) * 4, r[2]) for r in rows if r[1] and r[2] and r[2] > 0]
+        if rows:
+            kind = rows[-1][3] or "cpu"
+        if samples:
+            # a ring all-reduce of n ranks: 2(n-1) steps of bytes/n each
+            n = np.array([max(int(s[0]), 2) for s in samples], float)
+            nbytes = np.array([float(s[1]) for s in samples]) / n
+            t = np.array([float(s[2]) for s in samples]) / (2 * (n - 1))
+            m = cls.fit(nbytes, t, "warehouse all-reduces")
+            if m is not None:
+                m.notes = [
+                    f"collective costs fitted on {len(samples)} all-reduce(s) in the warehouse "
+                    f"(alpha {m.alpha_ns / 1e3:.1f} us, {m.bw_bytes_per_ns:.2f} GB/s)"
+                ]
+                return m
+        return cls.default("cpu" if kind == "cpu" else "gpu")
+
+
+def _elements(dims_json: str) -> int:
+    """Elements of the first tensor of an `Input Dims` JSON text (0 when unreadable)."""
+    import json
+
+    try:
+        dims = json.loads(dims_json)
+    except ValueError:
+        return 0
+    while isinstance(dims, list) and dims and isinstance(dims[0], list):
+        dims = dims[0]
+    if not isinstance(dims, list) or not all(isinstance(d, int) for d in dims):
+        return 0
+    return int(np.prod(dims)) if dims else 0

@@ -1,0 +1,361 @@
+"""Base job + target configurations -> edited graphs -> numba replay -> predictions.
+
+`Estimator.open(warehouse, job, base_overrides)` loads (or builds and caches) the job's template
+and inferred base configuration; `predict(targets)` groups the targets by graph structure
+(`transforms.Structure`), builds each structure's graph once, fills a (configs × tasks) duration
+matrix per group and replays it with `kernels.replay.replay_sweep`. `explain(target)` replays one
+configuration with its schedule and returns the breakdown.
+
+Interval: the base run's own step spread (min/median and max/median of its traced steps), widened
+by 5% per doubling of the shape ratios applied to the roles that make up the prediction.
+
+Speed-ups: ``speedup.<class>=N`` divides the durations of that class by N; classes are the
+roles of `lumos.estimate.layers.ROLES`, the families ``gemm`` (all GEMMs), ``token``
+(memory-bound token ops), ``comm`` (every collective and p2p transfer) and ``all``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lumos.estimate.comm import CommModel
+from lumos.estimate.config import ConfigError, ModelConfig, parse_overrides
+from lumos.estimate.layers import ROLE, ROLES, Template, extract_template, template_path
+from lumos.estimate.memory import estimate_memory
+from lumos.estimate.retime import (
+    GEMM_ROLES,
+    TOKEN_ROLES,
+    extrapolation,
+    features,
+    split_fixed,
+    stage_param_counts,
+)
+from lumos.estimate.transforms import (
+    N_ROLES,
+    PHASES,
+    EditedGraph,
+    Structure,
+    build,
+    cls_dp_ar,
+    cls_opt,
+    cls_recv,
+    cls_send,
+    cls_tp_ar,
+    durations,
+    n_classes,
+)
+
+SPEEDUP_PREFIX = "speedup."
+FAMILIES = {
+    "gemm": GEMM_ROLES,
+    "token": TOKEN_ROLES,
+    "comm": (),
+    "all": (),
+}
+
+
+@dataclass
+class Prediction:
+    """One configuration's estimate."""
+
+    config: ModelConfig
+    predicted_ns: int
+    interval_ns: tuple[int, int]
+    memory_bytes: int
+    fits: bool | None
+    warnings: list[str] = field(default_factory=list)
+    breakdown: dict[str, int] | None = None
+    speedups: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config.to_dict(),
+            "speedups": dict(self.speedups),
+            "predicted_ns": self.predicted_ns,
+            "interval_ns": list(self.interval_ns),
+            "breakdown": self.breakdown,
+            "memory_bytes": self.memory_bytes,
+            "fits": self.fits,
+            "warnings": list(self.warnings),
+        }
+
+
+def split_speedups(
+    items: Sequence[str] | Mapping[str, Any] | None, where: str
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Separate ``speedup.<class>=N`` entries from configuration keys (typed by parse_overrides)."""
+    pairs: list[tuple[str, str]] = []
+    if isinstance(items, Mapping):
+        pairs = [(str(k), str(v)) for k, v in items.items()]
+    elif items:
+        for item in items:
+            if "=" not in item:
+                raise ConfigError(f"{where}: expected key=value, got {item!r}")
+            k, _, v = item.partition("=")
+            pairs.append((k.strip(), v.strip()))
+    speed: dict[str, float] = {}
+    rest: dict[str, str] = {}
+    for k, v in pairs:
+        if k.startswith(SPEEDUP_PREFIX):
+            cls = k[len(SPEEDUP_PREFIX) :]
+            if cls not in ROLES and cls not in FAMILIES:
+                known = ", ".join(sorted(set(ROLES) | set(FAMILIES)))
+                raise ConfigError(f"{where}: unknown kernel class {cls!r} in {k} (known: {known})")
+            try:
+                speed[cls] = float(v)
+            except ValueError:
+                raise ConfigError(f"{where}: {k} must be a number, got {v!r}") from None
+            if not speed[cls] > 0:
+                raise ConfigError(f"{where}: {k} must be > 0, got {v!r}")
+        else:
+            rest[k] = v
+    return parse_overrides(rest, where), speed
+
+
+def _speed_vector(speed: Mapping[str, float], pp: int) -> np.ndarray:
+    out = np.ones(n_classes(pp))
+    comm = [cls_tp_ar(pp), cls_recv(pp), cls_send(pp)] + [cls_dp_ar(pp, s) for s in range(pp)]
+    for name, f in speed.items():
+        if name == "all":
+            out /= f
+        elif name == "comm":
+            out[comm] /= f
+        elif name in FAMILIES:
+            out[[ROLE[r] for r in FAMILIES[name]]] /= f
+        elif name == "opt":
+            out[[cls_opt(s) for s in range(pp)]] /= f
+        else:
+            out[ROLE[name]] /= f
+    return out
+
+
+class Estimator:
+    """Predicts configurations of one base job."""
+
+    def __init__(self, tpl: Template, base: ModelConfig, comm: CommModel, base_notes: list[str]):
+        if base.pp != 1:
+            base_notes = [
+                *base_notes,
+                f"base job has pp={base.pp}: the template is rank {tpl.rank}'s stage only",
+            ]
+        self.tpl = tpl
+        self.base = base
+        self.comm = comm
+        self.base_notes = base_notes
+        fixed, self.overheads = split_fixed(tpl, base)
+        self.fixed = fixed
+        self.var = tpl.dur_ns - fixed
+        self.base_feat = features(base, stage_param_counts(base)[0] if base.pp == 1 else None)
+        self._graphs: dict[Structure, EditedGraph] = {}
+        med = float(np.median(tpl.step_ns))
+        self.spread = (
+            float(np.min(tpl.step_ns)) / med if med else 1.0,
+            float(np.max(tpl.step_ns)) / med if med else 1.0,
+        )
+
+    # --- opening -------------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls, root: str | Path | None, job: str, base_overrides: Mapping[str, Any] | None = None
+    ) -> Estimator:
+        """The estimator of `job` in the warehouse at `root`. The template, the inferred base and
+        the collective costs are cached beside each other (`template_dir`); once cached, opening
+        touches neither DuckDB nor the catalog (a single estimate stays well under a second)."""
+        # as warehouse.layout.default_warehouse (not imported: it pulls in pyarrow)
+        wh_root = Path(root or os.environ.get("LUMOS_WAREHOUSE") or "lumos_warehouse")
+        wh_root = wh_root.expanduser().resolve()
+        folder = template_path(wh_root, job).parent
+        paths = {k: folder / f"{k}.json" for k in ("base", "comm")}
+        if not (template_path(wh_root, job).exists() and all(p.exists() for p in paths.values())):
+            _build_cache(wh_root, job)
+        tpl = Template.load(template_path(wh_root, job))
+        cached = json.loads(paths["base"].read_text())
+        c = json.loads(paths["comm"].read_text())
+        comm = CommModel(c["alpha_ns"], c["bw_bytes_per_ns"], c["source"], c["notes"])
+        base = ModelConfig(**cached["config"])
+        if base_overrides:
+            base = base.replace(**dict(base_overrides))
+        base.validate("base configuration")
+        return cls(tpl, base, comm, list(cached.get("warnings", [])))
+
+    # --- per configuration arrays --------------------------------------------------------------
+    def _coeffs(
+        self, cfg: ModelConfig, speed: Mapping[str, float]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(mult, add, fscale, role ratio) over the duration classes of cfg's structure."""
+        pp = cfg.pp
+        nc = n_classes(pp)
+        ratio = features(cfg) / self.base_feat
+        mult = np.ones(nc)
+        mult[:N_ROLES] = ratio
+        mult[ROLE["const"]] = 1.0
+        stage_params = stage_param_counts(cfg)
+        base_opt = self.base_feat[ROLE["opt"]]
+        for s in range(pp):
+            mult[cls_opt(s)] = stage_params[s] / base_opt
+        add = np.zeros(nc)
+        tokens_bytes = cfg.micro_batch * cfg.seq * cfg.hidden * cfg.dtype_bytes
+        add[cls_tp_ar(pp)] = self.comm.allreduce_ns(tokens_bytes, cfg.tp)
+        for s in range(pp):
+            add[cls_dp_ar(pp, s)] = self.comm.allreduce_ns(
+                stage_params[s] * cfg.dtype_bytes, cfg.dp
+            )
+        add[cls_recv(pp)] = self.comm.p2p_ns(tokens_bytes)
+        add[cls_send(pp)] = self.comm.send_ns()
+        sp = _speed_vector(speed, pp)
+        return mult * sp, add * sp, sp, ratio
+
+    def structure(self, cfg: ModelConfig) -> Structure:
+        return Structure(
+            layers=cfg.layers,
+            pp=cfg.pp,
+            num_micro_batches=cfg.num_micro_batches,
+            pp_schedule=cfg.pp_schedule,
+            tp=cfg.tp,
+            dp=1 if cfg.dp == 1 else 2,
+        )
+
+    def graph(self, s: Structure) -> EditedGraph:
+        eg = self._graphs.get(s)
+        if eg is None:
+            eg = self._graphs[s] = build(self.tpl, s)
+        return eg
+
+    def _warnings(self, cfg: ModelConfig, ratio: np.ndarray) -> list[str]:
+        used = np.zeros(len(ROLES), bool)
+        used[np.unique(self.tpl.role)] = True
+        used[ROLE["const"]] = False
+        out = extrapolation(ratio, used)
+        if cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1:
+            out += [n for n in self.comm.notes if n not in out]
+        if cfg.layers > 4 * self.base.layers:
+            out.append(f"layers {cfg.layers} more than 4x the base's {self.base.layers}")
+        return out
+
+    def _interval(self, pred: int, ratio: np.ndarray) -> tuple[int, int]:
+        used = np.unique(self.tpl.role)
+        r = ratio[used]
+        r = r[r > 0]
+        widen = 0.05 * float(np.max(np.abs(np.log2(r)))) if r.size else 0.0
+        lo = pred * self.spread[0] * (1 - min(widen, 0.5))
+        hi = pred * self.spread[1] * (1 + widen)
+        return int(math.floor(min(lo, pred))), int(math.ceil(max(hi, pred)))
+
+    # --- predictions ---------------------------------------------------------------------------
+    def predict(
+        self,
+        targets: Sequence[ModelConfig],
+        speedups: Sequence[Mapping[str, float]] | None = None,
+        *,
+        chunk: int = 256,
+        parallel: bool = True,
+    ) -> list[Prediction]:
+        """Predictions for many configurations (replayed in batches by structure)."""
+        from kernels.replay import replay_sweep
+
+        speedups = speedups or [{}] * len(targets)
+        groups: dict[Structure, list[int]] = {}
+        for i, cfg in enumerate(targets):
+            groups.setdefault(self.structure(cfg), []).append(i)
+        makespan = np.zeros(len(targets), np.int64)
+        ratios: list[np.ndarray] = [np.ones(0)] * len(targets)
+        for s, idx in groups.items():
+            eg = self.graph(s)
+            for a in range(0, len(idx), chunk):
+                part = idx[a : a + chunk]
+                co = [self._coeffs(targets[i], speedups[i]) for i in part]
+                mult = np.stack([c[0] for c in co])
+                add = np.stack([c[1] for c in co])
+                fs = np.stack([c[2] for c in co])
+                dur = durations(eg, self.fixed, self.var, mult, add, fs)
+                makespan[part] = replay_sweep(eg.graph, dur, parallel=parallel)
+                for i, c in zip(part, co, strict=True):
+                    ratios[i] = c[3]
+        out = []
+        for i, cfg in enumerate(targets):
+            mem = estimate_memory(cfg)
+            pred = int(makespan[i])
+            out.append(
+                Prediction(
+                    config=cfg,
+                    predicted_ns=pred,
+                    interval_ns=self._interval(pred, ratios[i]),
+                    memory_bytes=int(mem.memory_bytes),
+                    fits=mem.fits,
+                    warnings=self._warnings(cfg, ratios[i]),
+                    speedups=dict(speedups[i]),
+                )
+            )
+        return out
+
+    def explain(self, cfg: ModelConfig, speedup: Mapping[str, float] | None = None) -> Prediction:
+        """One prediction with its breakdown (time per phase on the stage that ends last)."""
+        from lumos.estimate.chain import chain_replay
+
+        s = self.structure(cfg)
+        eg = self.graph(s)
+        mult, add, fs, ratio = self._coeffs(cfg, speedup or {})
+        dur = durations(eg, self.fixed, self.var, mult[None], add[None], fs[None])[0]
+        _, end = chain_replay(eg.graph, dur)
+        pred = int(end.max()) if end.size else 0
+        stage_end = np.array([end[eg.stage == st].max() for st in range(s.pp)], dtype=np.int64)
+        crit = int(np.argmax(stage_end))
+        on = eg.stage == crit
+        breakdown = {PHASES[p]: int(dur[on & (eg.phase == p)].sum()) for p in range(len(PHASES))}
+        breakdown["idle"] = int(stage_end[crit] - sum(breakdown.values()))
+        breakdown["critical_stage"] = crit
+        mem = estimate_memory(cfg)
+        return Prediction(
+            config=cfg,
+            predicted_ns=pred,
+            interval_ns=self._interval(pred, ratio),
+            memory_bytes=int(mem.memory_bytes),
+            fits=mem.fits,
+            warnings=self.base_notes[:0] + self._warnings(cfg, ratio),
+            breakdown=breakdown,
+            speedups=dict(speedup or {}),
+        )
+
+    def target(self, overrides: Mapping[str, Any], where: str = "--set") -> ModelConfig:
+        """The base configuration with `overrides` (typed) applied and validated."""
+        return self.base.replace(**dict(overrides)).validate(where)
+
+
+def template_dir(root: Path, job: str) -> Path:
+    return template_path(root, job).parent
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc))
+    tmp.replace(path)
+
+
+def _build_cache(root: Path, job: str) -> None:
+    """Extract the template, infer the base and calibrate the collectives of `job` (~2 s)."""
+    from lumos.api import Warehouse
+    from lumos.estimate.infer import infer_base
+
+    wh = Warehouse.open(root)
+    extract_template(wh, job, cache=True)
+    folder = template_dir(wh.root, job)
+    inf = infer_base(wh, job)
+    _write_json(folder / "base.json", {"config": inf.config.to_dict(), "warnings": inf.warnings})
+    comm = CommModel.calibrate(wh, job)
+    _write_json(
+        folder / "comm.json",
+        {
+            "alpha_ns": comm.alpha_ns,
+            "bw_bytes_per_ns": comm.bw_bytes_per_ns,
+            "source": comm.source,
+            "notes": comm.notes,
+        },
+    )

@@ -1,0 +1,349 @@
+"""Group a base job's traced step into the blocks the graph transforms reassemble.
+
+`extract_template(warehouse, job, cfg)` reads `lumos_sql/estimate/template_tasks.sql` (the top-level
+CPU operators of each traced step on the step's thread, labelled by the trainer-style annotations)
+and cuts one representative step into blocks:
+
+``head``  ops before the first micro-batch's forward (data loading, zero_grad);
+``f_pre`` / ``f_post``  forward ops of a micro-batch before the first / after the last layer
+(embedding; final norm, LM head, loss); ``f_layer``  one layer's forward;
+``b_post`` / ``b_pre``  backward ops before the first / after the last layer's backward
+(loss and head backward; embedding backward); ``b_layer``  one layer's backward;
+``opt``  the optimizer; ``tail``  everything after it up to the step's end.
+
+Backward operators carry no layer annotation: they inherit their forward op's layer and role
+through the autograd `Sequence number` (SQL). Collective ops of the base (`c10d::*`) are dropped:
+the transforms re-create the communication of the target configuration. Durations and gaps are the
+per-position medians over the job's traced steps when every step has the same operator sequence
+(noise is reduced and the template's step equals the median step), else the median step's.
+
+Each op gets a *role*, the shape feature its duration scales with (`lumos.estimate.retime`).
+The template is cached as `<wh>/estimate_templates/job=<enc>/template.npz` (keyed on the job's
+trace hashes), so that an estimate after the first one never touches SQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# roles: the shape feature an operator's duration follows (see retime.FEATURES)
+ROLES = (
+    "const",
+    "gemm_qkv",
+    "gemm_out",
+    "gemm_up",
+    "gemm_down",
+    "gemm_head",
+    "attn",
+    "tok_h",
+    "tok_f",
+    "tok_v",
+    "emb",
+    "param_l",
+    "opt",
+)
+ROLE = {r: i for i, r in enumerate(ROLES)}
+BLOCKS = ("head", "f_pre", "f_layer", "f_post", "b_post", "b_layer", "b_pre", "opt", "tail")
+BLOCK = {b: i for i, b in enumerate(BLOCKS)}
+
+_TOK_H = ("layer_norm", "add", "dropout", "contiguous", "clone", "copy_", "mul", "rms_norm")
+_TOK_F = ("gelu", "silu", "relu", "swiglu")
+_TOK_V = ("cross_entropy", "log_softmax", "nll_loss", "softmax")
+_GEMM = ("linear", "addmm", "matmul", "mm", "bmm")
+_CONST = ("view", "reshape", "transpose", "split", "slice", "t", "permute", "expand", "unsqueeze")
+
+
+class TemplateError(ValueError):
+    """The base job cannot be cut into layers (names the job and what is missing)."""
+
+
+@dataclass
+class Template:
+    """One representative step of the base job, as arrays over its kept operators (in order).
+
+    ``block`` (BLOCK code), ``layer`` (base layer index, -1 outside layers), ``mb`` (micro-batch,
+    -1 outside), ``role`` (ROLE code), ``bwd`` (1 for backward ops), ``dur_ns``, ``gap_ns`` (idle
+    time before the op on its thread, kept as the replay delay), ``end_gap_ns`` the idle time from
+    the last op to the step's end. ``step_ns`` the job's traced step durations (for the interval).
+    """
+
+    job: str
+    block: np.ndarray
+    layer: np.ndarray
+    mb: np.ndarray
+    role: np.ndarray
+    bwd: np.ndarray
+    dur_ns: np.ndarray
+    gap_ns: np.ndarray
+    end_gap_ns: int
+    step_ns: np.ndarray
+    names: list[str] = field(default_factory=list)
+    rank: int = 0
+
+    @property
+    def n(self) -> int:
+        return int(self.dur_ns.shape[0])
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(
+            tmp,
+            block=self.block,
+            layer=self.layer,
+            mb=self.mb,
+            role=self.role,
+            bwd=self.bwd,
+            dur_ns=self.dur_ns,
+            gap_ns=self.gap_ns,
+            step_ns=self.step_ns,
+            meta=np.array(
+                json.dumps(
+                    {
+                        "job": self.job,
+                        "end_gap_ns": self.end_gap_ns,
+                        "rank": self.rank,
+                        "names": self.names,
+                    }
+                )
+            ),
+        )
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> Template:
+        with np.load(path) as z:
+            meta = json.loads(str(z["meta"]))
+            return cls(
+                job=meta["job"],
+                block=z["block"],
+                layer=z["layer"],
+                mb=z["mb"],
+                role=z["role"],
+                bwd=z["bwd"],
+                dur_ns=z["dur_ns"],
+                gap_ns=z["gap_ns"],
+                end_gap_ns=int(meta["end_gap_ns"]),
+                step_ns=z["step_ns"],
+                names=meta["names"],
+                rank=int(meta["rank"]),
+            )
+
+
+def _short(name: str) -> str:
+    base = name.split("::")[-1] if "::" in name else name
+    return base.strip().lower()
+
+
+def _fwd_role(name: str, in_layer: bool, part: str | None, linear_pos: int, n_linear: int) -> str:
+    s = _short(name)
+    if s == "scaled_dot_product_attention" or "attention" in s or "flash" in s:
+        return "attn"
+    if s in _GEMM:
+        if not in_layer:
+            return "gemm_head" if part != "embedding" else "const"
+        if linear_pos == 0:
+            return "gemm_qkv"
+        if linear_pos == 1:
+            return "gemm_out"
+        return "gemm_down" if linear_pos == n_linear - 1 else "gemm_up"
+    if s == "embedding":
+        return "emb"
+    if s in _TOK_V or (part == "loss"):
+        return "tok_v"
+    if s in _TOK_F:
+        return "tok_f"
+    if s in _TOK_H:
+        return "tok_h"
+    return "const"
+
+
+def _bwd_role(name: str, fwd_role: str | None) -> str:
+    if "AccumulateGrad" in name:
+        return "param_l"
+    return fwd_role or "const"
+
+
+def _cut_step(rows: list[dict[str, Any]], job: str) -> dict[str, list[Any]]:
+    """Label one step's ops (dicts from the SQL) into the template's columns."""
+    fwd_role_of: dict[int, tuple[str, int]] = {}
+    linear_seen: dict[tuple[int, int], int] = {}
+    n_linear: dict[tuple[int, int], int] = {}
+    for r in rows:
+        if r["layer"] is not None and r["fwd_mb"] is not None and _short(r["name"]) in _GEMM:
+            key = (int(r["fwd_mb"]), int(r["layer"]))
+            n_linear[key] = n_linear.get(key, 0) + 1
+    first_fwd = next((i for i, r in enumerate(rows) if r["fwd_mb"] is not None), None)
+    if first_fwd is None:
+        raise TemplateError(
+            f"{job}: no forward_mb<m> (or 'Forward <m>') annotation in the traced steps: the "
+            "estimator needs micro-batch annotations to cut the step into layers"
+        )
+    out: dict[str, list[Any]] = {k: [] for k in ("block", "layer", "mb", "role", "bwd", "i")}
+    opt_started = False
+    for i, r in enumerate(rows):
+        name = r["name"]
+        if name.startswith("c10d::") or name.startswith("gloo:"):
+            continue  # communication is re-created by the transforms
+        layer = -1 if r["layer"] is None else int(r["layer"])
+        fmb, bmb = r["fwd_mb"], r["bwd_mb"]
+        if r["in_optimizer"]:
+            block, mb, role, bwd = "opt", -1, "opt", 0
+            opt_started = True
+        elif fmb is not None:
+            mb, bwd = int(fmb), 0
+            key = (mb, layer)
+            pos = linear_seen.get(key, 0)
+            in_layer = layer >= 0
+            role = _fwd_role(name, in_layer, r["part"], pos, n_linear.get(key, 0))
+            if _short(name) in _GEMM and in_layer:
+                linear_seen[key] = pos + 1
+            if in_layer:
+                block = "f_layer"
+            else:
+                block = (
+                    "f_pre" if r["part"] == "embedding" or not _seen_layer(out, mb) else "f_post"
+                )
+            fwd_role_of[int(r["event_idx"])] = (role, layer)
+        elif bmb is not None:
+            mb, bwd = int(bmb), 1
+            fwd = r["fwd_event_idx"]
+            f_role, f_layer = (
+                fwd_role_of.get(int(fwd), (None, -1)) if fwd is not None else (None, -1)
+            )
+            if f_layer < 0 and "AccumulateGrad" in name:
+                f_layer = _last_layer(out, mb)  # a weight's gradient lands right after its op
+            layer = f_layer
+            role = _bwd_role(name, f_role)
+            if layer >= 0:
+                block = "b_layer"
+            else:
+                block = "b_pre" if _seen_bwd_layer(out, mb) else "b_post"
+        else:
+            block, layer, mb, role, bwd = ("tail" if opt_started else "head"), -1, -1, "const", 0
+            if i > first_fwd and not opt_started:
+                block = "head"  # between micro-batches: kept in order with the head's overheads
+        out["block"].append(BLOCK[block])
+        out["layer"].append(layer)
+        out["mb"].append(mb)
+        out["role"].append(ROLE[role])
+        out["bwd"].append(bwd)
+        out["i"].append(i)
+    return out
+
+
+def _seen_layer(out: dict[str, list[Any]], mb: int) -> bool:
+    return any(
+        b == BLOCK["f_layer"] and m == mb for b, m in zip(out["block"], out["mb"], strict=True)
+    )
+
+
+def _seen_bwd_layer(out: dict[str, list[Any]], mb: int) -> bool:
+    return any(
+        b == BLOCK["b_layer"] and m == mb for b, m in zip(out["block"], out["mb"], strict=True)
+    )
+
+
+def _last_layer(out: dict[str, list[Any]], mb: int) -> int:
+    for b, m, ly in zip(
+        reversed(out["block"]), reversed(out["mb"]), reversed(out["layer"]), strict=True
+    ):
+        if m == mb and b == BLOCK["b_layer"]:
+            return int(ly)
+        if m == mb and b == BLOCK["b_post"]:
+            return -1
+    return -1
+
+
+def template_from_rows(job: str, rows: list[dict[str, Any]]) -> Template:
+    """Build the template from `template_tasks.sql` rows of one rank (all its steps)."""
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_step.setdefault(int(r["step_no"]), []).append(r)
+    if not by_step:
+        raise TemplateError(f"{job}: no ProfilerStep with CPU operators in the warehouse")
+    steps = sorted(by_step)
+    step_ns = np.array([int(by_step[s][0]["step_ns"]) for s in steps], np.int64)
+    med = steps[int(np.argsort(step_ns)[len(steps) // 2])]
+    ref = by_step[med]
+    cut = _cut_step(ref, job)
+    idx = np.array(cut["i"], np.int64)
+    sig = [r["name"] for r in ref]
+    same = [s for s in steps if [r["name"] for r in by_step[s]] == sig]
+    dur = np.array([[int(by_step[s][i]["dur_ns"]) for i in range(len(ref))] for s in same])
+    gap = np.array([[max(int(by_step[s][i]["gap_ns"]), 0) for i in range(len(ref))] for s in same])
+    ends = np.array(
+        [
+            int(by_step[s][-1]["step_ns"])
+            - int(by_step[s][-1]["rel_ns"])
+            - int(by_step[s][-1]["dur_ns"])
+            for s in same
+        ]
+    )
+    dur_f = np.median(dur, axis=0)
+    gap_f = np.median(gap, axis=0)
+    end_f = float(max(np.median(ends), 0))
+    # per-position medians sum to less than the median step (the noise is right-skewed): scale
+    # them so that the template's step is the median traced step, which estimates are judged on
+    total = dur_f.sum() + gap_f.sum() + end_f
+    k = float(np.median(step_ns)) / total if total > 0 else 1.0
+    dur_m = np.rint(dur_f * k).astype(np.int64)
+    gap_m = np.rint(gap_f * k).astype(np.int64)
+    # dropped collectives' time is not idle time: their slot is removed from the thread, so the
+    # gap before the next kept op is kept as-is (the collective is re-created by the transforms)
+    return Template(
+        job=job,
+        block=np.array(cut["block"], np.int8),
+        layer=np.array(cut["layer"], np.int64),
+        mb=np.array(cut["mb"], np.int64),
+        role=np.array(cut["role"], np.int8),
+        bwd=np.array(cut["bwd"], np.int8),
+        dur_ns=dur_m[idx],
+        gap_ns=gap_m[idx],
+        end_gap_ns=int(round(end_f * k)),
+        step_ns=step_ns,
+        names=[ref[i]["name"] for i in idx],
+        rank=int(ref[0]["rank"]),
+    )
+
+
+def template_path(root: Path, job: str) -> Path:
+    """The cache file of `job`'s template (the folder also holds base.json and comm.json). Named
+    by a hash of the job so that a cached estimate need not import the warehouse layout."""
+    digest = hashlib.sha256(job.encode()).hexdigest()[:20]
+    return Path(root) / "estimate_templates" / digest / "template.npz"
+
+
+def extract_template(wh: Any, job: str, rank: int | None = None, *, cache: bool = True) -> Template:
+    """The template of `job` (rank: the first rank holding a `layer_0` op, else the lowest)."""
+    path = template_path(wh.root, job)
+    if cache and path.exists():
+        return Template.load(path)
+    import duckdb
+
+    import lumos_sql
+
+    con = duckdb.connect(str(wh.catalog), read_only=True)
+    try:
+        cur = con.execute(lumos_sql.load("estimate/template_tasks"), {"job": job})
+        cols = [d[0] for d in cur.description]
+        rows = [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+    finally:
+        con.close()
+    if not rows:
+        raise TemplateError(f"{job}: no traced step (ProfilerStep) with CPU operators")
+    ranks = sorted({int(r["rank"]) for r in rows})
+    if rank is None:
+        rank = ranks[0]
+    elif rank not in ranks:
+        raise TemplateError(f"{job}: rank {rank} not in the warehouse (ranks {ranks})")
+    tpl = template_from_rows(job, [r for r in rows if int(r["rank"]) == rank])
+    if cache:
+        tpl.save(path)
+    return tpl

@@ -1,0 +1,127 @@
+"""Re-time operators for a new shape: each role's duration follows one shape feature.
+
+A template op of role r with traced duration t is split into a fixed part (per-call overhead,
+dispatch) and a variable part that scales with the role's feature:
+``t_new = fixed + (t - fixed) * feature_r(new) / feature_r(base)``.
+
+The fixed part is fitted on the base trace's own operators (a per-device fitted roofline:
+``t = c0 + a * feature`` by least squares over the ops of one family and direction — GEMMs, and
+memory-bound token ops — whose features differ in the base, e.g. QKV vs MLP GEMMs), clipped to
+[0, 0.9·t]. Roles with a single shape in the base (attention, optimizer) take the GEMM overhead.
+
+Features (per rank, per micro-batch; t = micro_batch·seq tokens, h hidden, f ffn, v vocab,
+tp the tensor-parallel degree):
+
+====== =====================================
+role   feature
+====== =====================================
+qkv    t·h·3h/tp           (FLOPs ∝)
+out    t·h·h/tp
+up     t·h·f/tp (gated: 2×)
+down   t·f·h/tp
+head   t·h·v
+attn   b·s²·h/tp           (b·heads·s²·d)
+tok_h  t·h                 (bytes ∝)
+tok_f  t·f/tp
+tok_v  t·v
+emb    t·h
+param_l  parameters of one layer / tp
+opt    parameters held by the rank (its stage) / tp
+====== =====================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lumos.estimate.config import ModelConfig
+from lumos.estimate.layers import ROLE, ROLES, Template
+from lumos.estimate.memory import params_per_layer, stage_layers
+
+GEMM_ROLES = ("gemm_qkv", "gemm_out", "gemm_up", "gemm_down", "gemm_head")
+TOKEN_ROLES = ("tok_h", "tok_f", "tok_v", "emb")
+
+
+def features(cfg: ModelConfig, stage_params: float | None = None) -> np.ndarray:
+    """The feature of every role (indexed by ROLE code) for one configuration."""
+    t = float(cfg.micro_batch * cfg.seq)
+    h, f, v, tp = float(cfg.hidden), float(cfg.ffn_size), float(max(cfg.vocab, 1)), float(cfg.tp)
+    gated = 2.0 if cfg.gated_mlp else 1.0
+    out = np.ones(len(ROLES))
+    out[ROLE["gemm_qkv"]] = t * h * 3 * h / tp
+    out[ROLE["gemm_out"]] = t * h * h / tp
+    out[ROLE["gemm_up"]] = gated * t * h * f / tp
+    out[ROLE["gemm_down"]] = t * f * h / tp
+    out[ROLE["gemm_head"]] = t * h * v
+    out[ROLE["attn"]] = cfg.micro_batch * float(cfg.seq) ** 2 * h / tp
+    out[ROLE["tok_h"]] = t * h
+    out[ROLE["tok_f"]] = t * f / tp
+    out[ROLE["tok_v"]] = t * v
+    out[ROLE["emb"]] = t * h
+    out[ROLE["param_l"]] = float(params_per_layer(cfg, cfg.tp))
+    if stage_params is None:
+        stage_params = max(stage_layers(cfg.layers, cfg.pp)) * params_per_layer(cfg, cfg.tp)
+    out[ROLE["opt"]] = float(stage_params)
+    return out
+
+
+def stage_param_counts(cfg: ModelConfig) -> list[float]:
+    """Parameters held by one rank of each pipeline stage (embedding first, head last)."""
+    per_layer = params_per_layer(cfg, cfg.tp)
+    counts = [float(n * per_layer) for n in stage_layers(cfg.layers, cfg.pp)]
+    emb = (cfg.vocab // cfg.tp + cfg.seq) * cfg.hidden
+    head = 2 * cfg.hidden + (cfg.vocab // cfg.tp) * cfg.hidden
+    counts[0] += emb
+    counts[-1] += head
+    return counts
+
+
+def _fit_c0(t: np.ndarray, x: np.ndarray) -> float | None:
+    """Intercept of t = c0 + a·x on ops of several shapes (None when the shapes do not differ)."""
+    if t.size < 2 or np.unique(np.round(x)).size < 2:
+        return None
+    a_mat = np.stack([np.ones_like(x), x], axis=1)
+    coef, *_ = np.linalg.lstsq(a_mat, t.astype(float), rcond=None)
+    if coef[1] <= 0:
+        return None
+    return float(max(coef[0], 0.0))
+
+
+def split_fixed(tpl: Template, base: ModelConfig) -> tuple[np.ndarray, dict[str, float]]:
+    """Fixed (shape-independent) part of every template op; the overheads fitted, by family."""
+    feat = features(base, stage_param_counts(base)[0] if base.pp == 1 else None)
+    x = feat[tpl.role.astype(np.int64)]
+    dur = tpl.dur_ns.astype(float)
+    fixed = np.zeros(tpl.n)
+    fitted: dict[str, float] = {}
+    const = tpl.role == ROLE["const"]
+    fixed[const] = dur[const]
+    for fam, roles in (("gemm", GEMM_ROLES), ("token", TOKEN_ROLES)):
+        for d in (0, 1):
+            m = np.isin(tpl.role, [ROLE[r] for r in roles]) & (tpl.bwd == d)
+            c0 = _fit_c0(dur[m], x[m])
+            if c0 is None:  # one shape only: the family's overhead from the const ops
+                c0 = float(np.median(dur[const])) if const.any() else 0.0
+            fitted[f"{fam}_{'bwd' if d else 'fwd'}"] = c0
+            fixed[m] = np.minimum(c0, 0.9 * dur[m])
+    for role in ("attn", "param_l", "opt"):
+        m = tpl.role == ROLE[role]
+        for d in (0, 1):
+            c0 = (
+                fitted[f"gemm_{'bwd' if d else 'fwd'}"]
+                if role == "attn"
+                else fitted[f"token_{'bwd' if d else 'fwd'}"]
+            )
+            md = m & (tpl.bwd == d)
+            fixed[md] = np.minimum(c0, 0.9 * dur[md])
+    return fixed.astype(np.int64), fitted
+
+
+def extrapolation(ratio: np.ndarray, used: np.ndarray) -> list[str]:
+    """Warnings for roles scaled far beyond the base's shapes (ratio outside [1/4, 4])."""
+    out = []
+    for code in np.flatnonzero(used):
+        r = float(ratio[code])
+        if r > 4 or r < 0.25:
+            out.append(f"{ROLES[code]} durations extrapolated {r:.2f}x beyond the base's shapes")
+    return out

@@ -1,0 +1,302 @@
+"""Sweeps: a grid file -> every configuration's estimate -> the `estimates` table.
+
+Grid file (YAML)::
+
+    base:                      # optional: states or overrides the inferred base configuration
+      hidden: 4096
+    grid:                      # key -> list of values; their product is swept
+      dp: [1, 2, 4, 8]
+      pp: [1, 2, 4]
+      tp: [1, 2]
+      layers: [32, 48]
+      speedup.gemm: [1, 2]     # kernel-class speed-ups are keys too
+    constraints:               # optional: expressions over the keys, all must hold
+      - dp * pp * tp == 8
+      - layers % pp == 0
+
+Constraints are parsed with `ast` and evaluated by a small interpreter that only knows numbers,
+strings, the grid's keys (and the base's), arithmetic (+ - * / // % **), comparisons, `and`,
+`or`, `not`, and `min`/`max`/`abs`: nothing else can run. Configurations that fail
+`ModelConfig.validate` (e.g. heads not divisible by tp) are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+import operator
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lumos.estimate.config import KEYS, ConfigError, ModelConfig, parse_value
+from lumos.estimate.estimator import SPEEDUP_PREFIX, Estimator, Prediction, split_speedups
+
+_BINOPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_CMPOPS = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+_FUNCS = {"min": min, "max": max, "abs": abs}
+
+
+class GridError(ValueError):
+    """A grid file is invalid; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    text: str
+    tree: ast.Expression
+    names: frozenset[str]
+
+    def holds(self, env: Mapping[str, Any]) -> bool:
+        return bool(_eval(self.tree.body, env))
+
+
+def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:  # noqa: PLR0911
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float | str):
+        return node.value
+    if isinstance(node, ast.Name):
+        return env[node.id]
+    if isinstance(node, ast.BinOp):
+        return _BINOPS[type(node.op)](_eval(node.left, env), _eval(node.right, env))
+    if isinstance(node, ast.UnaryOp):
+        v = _eval(node.operand, env)
+        return (
+            not v if isinstance(node.op, ast.Not) else (-v if isinstance(node.op, ast.USub) else v)
+        )
+    if isinstance(node, ast.BoolOp):
+        vals = (_eval(v, env) for v in node.values)
+        return all(vals) if isinstance(node.op, ast.And) else any(vals)
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, env)
+        for op, comp in zip(node.ops, node.comparators, strict=True):
+            right = _eval(comp, env)
+            if not _CMPOPS[type(op)](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.Call):
+        return _FUNCS[node.func.id](*(_eval(a, env) for a in node.args))  # type: ignore[union-attr]
+    raise TypeError(type(node).__name__)  # unreachable: parse_constraint checked the tree
+
+
+def _env_key(key: str) -> str:
+    return key.replace(".", "_")
+
+
+def parse_constraint(text: str, known: set[str], where: str) -> Constraint:
+    """Parse one constraint; refuse anything but the whitelisted syntax and known names."""
+    try:
+        tree = ast.parse(str(text), mode="eval")
+    except SyntaxError as e:
+        raise GridError(f"{where}: constraint {text!r} is not an expression ({e.msg})") from None
+    names: set[str] = set()
+    allowed = (
+        ast.Expression,
+        ast.Constant,
+        ast.Name,
+        ast.Load,
+        ast.BinOp,
+        ast.UnaryOp,
+        ast.BoolOp,
+        ast.Compare,
+        ast.Call,
+        ast.And,
+        ast.Or,
+        ast.Not,
+        ast.USub,
+        ast.UAdd,
+        *_BINOPS,
+        *_CMPOPS,
+    )
+    for node in ast.walk(tree):
+        if not isinstance(node, allowed):
+            raise GridError(
+                f"{where}: constraint {text!r}: {type(node).__name__} is not allowed "
+                "(only arithmetic, comparisons, and/or/not, min/max/abs over the keys)"
+            )
+        if isinstance(node, ast.Constant) and not isinstance(node.value, int | float | str):
+            raise GridError(f"{where}: constraint {text!r}: constant {node.value!r} not allowed")
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS or node.keywords:
+                raise GridError(
+                    f"{where}: constraint {text!r}: only min(), max(), abs() may be called"
+                )
+        elif isinstance(node, ast.Name) and node.id not in _FUNCS:
+            if node.id not in known:
+                raise GridError(
+                    f"{where}: constraint {text!r} uses unknown key {node.id!r} "
+                    f"(known: {', '.join(sorted(known))})"
+                )
+            names.add(node.id)
+    return Constraint(str(text), tree, frozenset(names))
+
+
+@dataclass
+class Grid:
+    """A parsed grid file."""
+
+    path: str
+    base: dict[str, Any] = field(default_factory=dict)
+    base_speedups: dict[str, float] = field(default_factory=dict)
+    axes: dict[str, list[Any]] = field(default_factory=dict)
+    constraints: list[Constraint] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for v in self.axes.values():
+            n *= len(v)
+        return n
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every combination of the axes (before constraints)."""
+        keys = list(self.axes)
+        return [
+            dict(zip(keys, vals, strict=True)) for vals in itertools.product(*self.axes.values())
+        ]
+
+
+def _typed(key: str, value: Any, where: str) -> Any:
+    if key.startswith(SPEEDUP_PREFIX):
+        try:
+            _, speed = split_speedups({key: value}, where)
+        except ConfigError as e:
+            raise GridError(str(e)) from None
+        return speed[key[len(SPEEDUP_PREFIX) :]]
+    try:
+        return parse_value(key, str(value), where)
+    except ConfigError as e:
+        raise GridError(str(e)) from None
+
+
+def load_grid(path: str | Path) -> Grid:
+    """Read and check a grid file; every problem raises GridError naming the file."""
+    import yaml
+
+    p = Path(path)
+    where = str(p)
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise GridError(f"{where}: cannot read the grid file ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise GridError(f"{where}: not valid YAML ({e})") from None
+    if not isinstance(doc, dict):
+        raise GridError(f"{where}: expected a mapping with base:, grid:, constraints:")
+    unknown = set(doc) - {"base", "grid", "constraints"}
+    if unknown:
+        raise GridError(f"{where}: unknown section(s) {sorted(unknown)} (base, grid, constraints)")
+    grid = Grid(where)
+    base = doc.get("base") or {}
+    if not isinstance(base, dict):
+        raise GridError(f"{where}: base: must be a mapping of key: value")
+    try:
+        grid.base, grid.base_speedups = split_speedups(base, f"{where}: base")
+    except ConfigError as e:
+        raise GridError(str(e)) from None
+    axes = doc.get("grid")
+    if not isinstance(axes, dict) or not axes:
+        raise GridError(f"{where}: grid: must be a non-empty mapping of key: [values]")
+    for key, values in axes.items():
+        key = str(key)
+        if key not in KEYS and not key.startswith(SPEEDUP_PREFIX):
+            raise GridError(
+                f"{where}: grid: unknown key {key!r} (known: {', '.join(sorted(KEYS))}, "
+                f"{SPEEDUP_PREFIX}<class>)"
+            )
+        vals = values if isinstance(values, list) else [values]
+        if not vals:
+            raise GridError(f"{where}: grid: {key} has no values")
+        grid.axes[key] = [_typed(key, v, f"{where}: grid: {key}") for v in vals]
+    cons = doc.get("constraints") or []
+    if not isinstance(cons, list):
+        raise GridError(f"{where}: constraints: must be a list of expressions")
+    known = {_env_key(k) for k in KEYS} | {_env_key(k) for k in grid.axes}
+    grid.constraints = [parse_constraint(c, known, f"{where}: constraints") for c in cons]
+    return grid
+
+
+@dataclass
+class SweepResult:
+    sweep_id: str
+    job: str
+    predictions: list[Prediction]
+    n_points: int
+    n_constrained: int
+    invalid: list[str]
+    seconds: float
+    replay_seconds: float
+
+
+def expand(
+    grid: Grid, est: Estimator
+) -> tuple[list[ModelConfig], list[dict[str, float]], int, list[str]]:
+    """The grid's valid configurations (constraints applied), their speed-ups, how many the
+    constraints removed and why others were invalid."""
+    base = est.base.replace(**grid.base) if grid.base else est.base
+    configs, speeds, invalid = [], [], []
+    removed = 0
+    for point in grid.points():
+        keys = {k: v for k, v in point.items() if not k.startswith(SPEEDUP_PREFIX)}
+        speed = dict(grid.base_speedups)
+        speed.update({k[len(SPEEDUP_PREFIX) :]: v for k, v in point.items() if k not in keys})
+        cfg = base.replace(**keys)
+        env = {_env_key(k): v for k, v in cfg.to_dict().items()}
+        env.update({_env_key(k): v for k, v in point.items()})
+        try:
+            ok = all(c.holds(env) for c in grid.constraints)
+        except (ZeroDivisionError, TypeError, ValueError, OverflowError) as e:
+            raise GridError(f"{grid.path}: constraint failed on {point}: {e}") from None
+        if not ok:
+            removed += 1
+            continue
+        try:
+            cfg.validate(f"{grid.path}: {point}")
+        except ConfigError as e:
+            invalid.append(str(e))
+            continue
+        configs.append(cfg)
+        speeds.append(speed)
+    return configs, speeds, removed, invalid
+
+
+def run_sweep(est: Estimator, grid: Grid, job: str) -> SweepResult:
+    """Estimate every configuration of the grid (replayed in batches by structure)."""
+    t0 = time.perf_counter()
+    configs, speeds, removed, invalid = expand(grid, est)
+    t1 = time.perf_counter()
+    preds = est.predict(configs, speeds) if configs else []
+    t2 = time.perf_counter()
+    return SweepResult(
+        sweep_id=uuid.uuid4().hex[:12],
+        job=job,
+        predictions=preds,
+        n_points=grid.size,
+        n_constrained=removed,
+        invalid=invalid,
+        seconds=t2 - t0,
+        replay_seconds=t2 - t1,
+    )
+
+
+def to_json_speedups(speed: Mapping[str, float]) -> str:
+    return json.dumps(dict(sorted(speed.items())), separators=(",", ":"))

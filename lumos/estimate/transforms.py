@@ -1,0 +1,301 @@
+"""Graph transforms: from a base job's template to the task graph of another configuration.
+
+The template (`lumos.estimate.layers`) is one traced step cut into blocks. `build(tpl, structure)`
+regenerates the step for a target *structure* — number of layers, pipeline degree and schedule,
+micro-batch count, tensor-parallel degree — and returns an `EditedGraph`: a
+`kernels.graph.ReplayGraph` plus, per task, the class its duration follows. Durations that only
+depend on sizes (hidden, ffn, seq, micro-batch, dp, kernel speed-ups) are filled per
+configuration by `durations()`, so many configurations of one structure replay in one batch.
+
+What each transform does to the graph (Lumos's edits, field-notes §1, plus TP):
+
+* **layers**: target layer j reuses base layer j mod L_base's forward and backward ops (duplicate
+  or drop a layer's tasks; the chain is rewired by construction).
+* **pp / pp_schedule**: layers are regrouped into contiguous stages (remainder to the first, as
+  `memory.stage_layers`), one processor (the stage's main thread) per stage; the stage's program is
+  regenerated: 1F1B (warm-up of min(P-s-1, M) forwards, then one forward / one backward, then the
+  remaining backwards) or GPipe (all forwards then all backwards). A micro-batch's activation goes
+  from stage s to s+1 as a `send` task on s (latency) and a `recv` task on s+1 that depends on
+  the send and lasts the transfer; gradients flow back the same way.
+* **num_micro_batches**: micro-batch m reuses base micro-batch m mod M_base.
+* **tp**: GEMMs, attention and the ffn-sized token ops are re-timed for 1/tp of the work; an
+  all-reduce of the activation (micro_batch·seq·hidden elements) follows the attention-out and the
+  MLP-down GEMMs in every layer's forward, and the QKV and MLP-up GEMMs' backward (Megatron f/g).
+* **dp**: a ring all-reduce of the stage's gradients after its last backward, before the
+  optimizer (DDP at these sizes: one bucket at the end of the backward).
+
+DP and TP replicas run the same program, so one processor per pipeline stage is simulated and the
+collectives of a replicated group are tasks of their modelled length (no peer waits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernels.graph import ReplayGraph, csr_from_edges
+from lumos.estimate.layers import BLOCK, ROLE, ROLES, Template
+from lumos.estimate.memory import stage_layers
+
+N_ROLES = len(ROLES)
+SCHEDULES = ("1f1b", "gpipe")
+
+
+class TransformError(ValueError):
+    """The target structure cannot be built from the template (names what is missing)."""
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What changes the graph's shape (configurations sharing it replay in one batch)."""
+
+    layers: int
+    pp: int = 1
+    num_micro_batches: int = 1
+    pp_schedule: str = "1f1b"
+    tp: int = 1
+    dp: int = 1
+
+
+def n_classes(pp: int) -> int:
+    """Duration classes: roles, optimizer per stage, TP all-reduce, DP all-reduce per stage,
+    p2p recv, p2p send."""
+    return N_ROLES + 2 * pp + 3
+
+
+def cls_opt(stage: int) -> int:
+    return N_ROLES + stage
+
+
+def cls_tp_ar(pp: int) -> int:
+    return N_ROLES + pp
+
+
+def cls_dp_ar(pp: int, stage: int) -> int:
+    return N_ROLES + pp + 1 + stage
+
+
+def cls_recv(pp: int) -> int:
+    return N_ROLES + 2 * pp + 1
+
+
+def cls_send(pp: int) -> int:
+    return N_ROLES + 2 * pp + 2
+
+
+@dataclass(frozen=True, eq=False)
+class EditedGraph:
+    """A regenerated graph; per task: template op (-1 for a new task), duration class, stage."""
+
+    structure: Structure
+    graph: ReplayGraph
+    tpl_idx: np.ndarray
+    cls: np.ndarray
+    stage: np.ndarray
+    phase: np.ndarray  # 0 forward, 1 backward, 2 optimizer, 3 communication, 4 other
+
+    @property
+    def n_tasks(self) -> int:
+        return self.graph.n_tasks
+
+
+PHASES = ("forward", "backward", "optimizer", "communication", "other")
+
+
+class _Blocks:
+    """Index arrays of the template's blocks, by micro-batch and layer."""
+
+    def __init__(self, tpl: Template) -> None:
+        self.tpl = tpl
+        mbs = sorted({int(m) for m in tpl.mb[tpl.mb >= 0]})
+        if not mbs:
+            raise TransformError(f"{tpl.job}: the template has no micro-batch")
+        self.mbs = mbs
+        layers = sorted({int(x) for x in tpl.layer[tpl.block == BLOCK["f_layer"]]})
+        if not layers:
+            raise TransformError(f"{tpl.job}: the template has no annotated layer (layer_<i>)")
+        self.layers = layers
+        ids = np.arange(tpl.n)
+        self._cache: dict[tuple[str, int, int], np.ndarray] = {}
+        for key in ("head", "opt", "tail"):
+            self._cache[(key, -1, -1)] = ids[tpl.block == BLOCK[key]]
+        for m in mbs:
+            for key in ("f_pre", "f_post", "b_post", "b_pre"):
+                self._cache[(key, m, -1)] = ids[(tpl.block == BLOCK[key]) & (tpl.mb == m)]
+            for ly in layers:
+                for key in ("f_layer", "b_layer"):
+                    sel = (tpl.block == BLOCK[key]) & (tpl.mb == m) & (tpl.layer == ly)
+                    self._cache[(key, m, ly)] = ids[sel]
+
+    def get(self, key: str, mb: int = -1, layer: int = -1) -> np.ndarray:
+        m = self.mbs[mb % len(self.mbs)] if mb >= 0 else -1
+        ly = self.layers[layer % len(self.layers)] if layer >= 0 else -1
+        return self._cache[(key, m, ly)]
+
+
+def _schedule(kind: str, stage: int, pp: int, m: int) -> list[tuple[str, int]]:
+    """The order of forward ('F', mb) and backward ('B', mb) work on one pipeline stage."""
+    if kind == "gpipe":
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    if kind != "1f1b":
+        raise TransformError(f"pp_schedule must be one of {SCHEDULES}, got {kind!r}")
+    warm = min(pp - stage - 1, m)
+    order = [("F", i) for i in range(warm)]
+    for i in range(m - warm):
+        order += [("F", warm + i), ("B", i)]
+    order += [("B", i) for i in range(m - warm, m)]
+    return order
+
+
+class _Stage:
+    """Accumulates one stage's task list (template ids or new tasks) in processor order."""
+
+    def __init__(self) -> None:
+        self.tpl: list[np.ndarray] = []
+        self.cls: list[np.ndarray] = []
+        self.phase: list[np.ndarray] = []
+        self.n = 0
+        self.marks: dict[tuple[str, int], int] = {}  # ('send_F', mb) -> local index
+
+    def add_tpl(self, ids: np.ndarray, tpl_role: np.ndarray, phase: int, opt_cls: int) -> None:
+        if ids.size == 0:
+            return
+        self.tpl.append(ids)
+        roles = tpl_role[ids].astype(np.int64)
+        if phase == 2:
+            roles = np.where(roles == ROLE["opt"], opt_cls, roles)
+        self.cls.append(roles)
+        self.phase.append(np.full(ids.size, phase, np.int8))
+        self.n += ids.size
+
+    def add_new(self, cls: int, phase: int) -> int:
+        self.tpl.append(np.array([-1], np.int64))
+        self.cls.append(np.array([cls], np.int64))
+        self.phase.append(np.array([phase], np.int8))
+        self.n += 1
+        return self.n - 1
+
+
+def _layer_with_tp(
+    st: _Stage, ids: np.ndarray, tpl: Template, bwd: bool, tp: int, pp: int, phase: int
+) -> None:
+    """Add one layer's ops; with tp > 1 an all-reduce after the row-parallel forward GEMMs
+    (out, down) or the column-parallel backward GEMMs (qkv, up)."""
+    if tp <= 1:
+        st.add_tpl(ids, tpl.role, phase, -1)
+        return
+    after = (ROLE["gemm_qkv"], ROLE["gemm_up"]) if bwd else (ROLE["gemm_out"], ROLE["gemm_down"])
+    cut = np.flatnonzero(np.isin(tpl.role[ids], after))
+    prev = 0
+    for c in cut:
+        st.add_tpl(ids[prev : c + 1], tpl.role, phase, -1)
+        st.add_new(cls_tp_ar(pp), 3)
+        prev = c + 1
+    st.add_tpl(ids[prev:], tpl.role, phase, -1)
+
+
+def build(tpl: Template, s: Structure, *, blocks: _Blocks | None = None) -> EditedGraph:
+    """The graph of one step of structure `s`, regenerated from the template."""
+    if s.layers < s.pp:
+        raise TransformError(f"layers {s.layers} fewer than pipeline stages {s.pp}")
+    if s.pp_schedule not in SCHEDULES:
+        raise TransformError(f"pp_schedule must be one of {SCHEDULES}, got {s.pp_schedule!r}")
+    b = blocks or _Blocks(tpl)
+    counts = stage_layers(s.layers, s.pp)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
+    stages = [_Stage() for _ in range(s.pp)]
+    # cross-stage edges: (src stage, src local, dst stage, dst local)
+    xedges: list[tuple[int, int, int, int]] = []
+    pending: dict[tuple[str, int, int], tuple[int, int]] = {}  # (dir, mb, dst stage) -> send
+    recv_at: dict[tuple[str, int, int], tuple[int, int]] = {}
+    M, P = s.num_micro_batches, s.pp
+    for si, st in enumerate(stages):
+        st.add_tpl(b.get("head"), tpl.role, 4, -1)
+        for kind, mb in _schedule(s.pp_schedule, si, P, M):
+            if kind == "F":
+                if si > 0:
+                    recv_at[("F", mb, si)] = (si, st.add_new(cls_recv(P), 3))
+                if si == 0:
+                    st.add_tpl(b.get("f_pre", mb), tpl.role, 0, -1)
+                for j in range(first[si], first[si] + counts[si]):
+                    _layer_with_tp(st, b.get("f_layer", mb, j), tpl, False, s.tp, P, 0)
+                if si == P - 1:
+                    st.add_tpl(b.get("f_post", mb), tpl.role, 0, -1)
+                else:
+                    pending[("F", mb, si + 1)] = (si, st.add_new(cls_send(P), 3))
+            else:
+                if si < P - 1:
+                    recv_at[("B", mb, si)] = (si, st.add_new(cls_recv(P), 3))
+                if si == P - 1:
+                    st.add_tpl(b.get("b_post", mb), tpl.role, 1, -1)
+                for j in reversed(range(first[si], first[si] + counts[si])):
+                    _layer_with_tp(st, b.get("b_layer", mb, j), tpl, True, s.tp, P, 1)
+                if si == 0:
+                    st.add_tpl(b.get("b_pre", mb), tpl.role, 1, -1)
+                else:
+                    pending[("B", mb, si - 1)] = (si, st.add_new(cls_send(P), 3))
+        if s.dp > 1:
+            st.add_new(cls_dp_ar(P, si), 3)
+        st.add_tpl(b.get("opt"), tpl.role, 2, cls_opt(si))
+        st.add_tpl(b.get("tail"), tpl.role, 4, -1)
+        end = st.add_new(ROLE["const"], 4)  # the idle end of the step (delay only)
+        st.marks[("end", 0)] = end
+    for key, (src_stage, src_local) in pending.items():
+        dst_stage, dst_local = recv_at[key]
+        xedges.append((src_stage, src_local, dst_stage, dst_local))
+    return _assemble(tpl, s, stages, xedges)
+
+
+def _assemble(
+    tpl: Template, s: Structure, stages: list[_Stage], xedges: list[tuple[int, int, int, int]]
+) -> EditedGraph:
+    off = np.concatenate([[0], np.cumsum([st.n for st in stages])]).astype(np.int64)
+    n = int(off[-1])
+    tpl_idx = np.concatenate([np.concatenate(st.tpl) for st in stages])
+    cls = np.concatenate([np.concatenate(st.cls) for st in stages])
+    phase = np.concatenate([np.concatenate(st.phase) for st in stages])
+    stage = np.repeat(np.arange(len(stages), dtype=np.int64), np.diff(off))
+    delay = np.where(tpl_idx >= 0, tpl.gap_ns[np.maximum(tpl_idx, 0)], 0).astype(np.int64)
+    for si, st in enumerate(stages):
+        delay[off[si] + st.marks[("end", 0)]] = tpl.end_gap_ns
+    if xedges:
+        x = np.array(xedges, np.int64)
+        src = off[x[:, 0]] + x[:, 1]
+        dst = off[x[:, 2]] + x[:, 3]
+    else:
+        src = dst = np.zeros(0, np.int64)
+    ptr, dsrc, dlat = csr_from_edges(n, src, dst)
+    graph = ReplayGraph.build(
+        proc=stage,
+        dur_ns=np.zeros(n, np.int64),
+        proc_device=np.full(len(stages), -1, np.int64),
+        dep_ptr=ptr,
+        dep_src=dsrc,
+        dep_lat_ns=dlat,
+        delay_ns=delay,
+        source=f"{tpl.job} -> {s}",
+    )
+    return EditedGraph(s, graph, tpl_idx.astype(np.int64), cls.astype(np.int64), stage, phase)
+
+
+def durations(
+    eg: EditedGraph,
+    fixed: np.ndarray,
+    var: np.ndarray,
+    mult: np.ndarray,
+    add: np.ndarray,
+    fscale: np.ndarray | None = None,
+) -> np.ndarray:
+    """Task durations for C configurations:
+    ``fixed * fscale[c, cls] + var * mult[c, cls] + add[c, cls]``.
+
+    ``fixed``/``var`` are per template op; ``mult``/``add``/``fscale`` are (C, n_classes(pp)).
+    """
+    t = eg.tpl_idx
+    has = t >= 0
+    f = np.where(has, fixed[np.maximum(t, 0)], 0).astype(np.float64)
+    v = np.where(has, var[np.maximum(t, 0)], 0).astype(np.float64)
+    fs = 1.0 if fscale is None else fscale[:, eg.cls]
+    out = f[None, :] * fs + v[None, :] * mult[:, eg.cls] + add[:, eg.cls]
+    return np.ascontiguousarray(np.maximum(np.rint(out), 0).astype(np.int64))

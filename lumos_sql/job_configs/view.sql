@@ -1,0 +1,36 @@
+-- job_configs: each job's configuration as inferred from its trace (written by lumos sweep /
+-- lumos estimate --save together with `estimates`), and estimate_vs_measured: every estimate
+-- whose configuration equals a real job's, beside that job's measured median step (the median
+-- over its ProfilerStep numbers of the slowest rank's span).
+CREATE OR REPLACE VIEW job_configs AS
+SELECT *
+FROM read_parquet({{job_configs_glob}}, union_by_name = true, hive_partitioning = false);
+
+CREATE OR REPLACE VIEW estimate_vs_measured AS
+WITH steps AS (
+    SELECT job, name, max(dur_ns) AS step_ns
+    FROM events
+    WHERE cat = 'user_annotation' AND name LIKE 'ProfilerStep#%'
+    GROUP BY job, name
+), measured AS (
+    SELECT job, CAST(median(step_ns) AS BIGINT) AS measured_ns, count(*) AS n_steps,
+           min(step_ns) AS measured_min_ns, max(step_ns) AS measured_max_ns
+    FROM steps GROUP BY job
+)
+SELECT e.sweep_id, e.job AS base_job, c.job AS measured_job,
+       e.layers, e.hidden, e.ffn, e.heads, e.seq, e.micro_batch, e.num_micro_batches, e.vocab,
+       e.dp, e.pp, e.tp, e.pp_schedule,
+       e.predicted_ns, e.interval_low_ns, e.interval_high_ns,
+       m.measured_ns, m.n_steps, m.measured_min_ns, m.measured_max_ns,
+       (e.predicted_ns - m.measured_ns) / m.measured_ns::DOUBLE AS rel_error,
+       m.measured_ns BETWEEN e.interval_low_ns AND e.interval_high_ns AS in_interval,
+       e.created_at
+FROM estimates AS e
+JOIN job_configs AS c
+  ON  c.layers = e.layers AND c.hidden = e.hidden AND c.ffn = e.ffn AND c.heads = e.heads
+  AND c.seq = e.seq AND c.micro_batch = e.micro_batch
+  AND c.num_micro_batches = e.num_micro_batches AND c.vocab = e.vocab AND c.dp = e.dp
+  AND c.pp = e.pp AND c.tp = e.tp
+  AND (c.pp = 1 OR c.pp_schedule = e.pp_schedule)
+JOIN measured AS m ON m.job = c.job
+WHERE e.speedups = '{}';

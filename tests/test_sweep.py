@@ -1,0 +1,71 @@
+"""Grid files: parsing, the constraint interpreter (only whitelisted syntax runs), clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lumos.estimate.sweep import GridError, load_grid, parse_constraint
+
+
+def _grid(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "grid.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_grid_product_and_constraints(tmp_path):
+    g = load_grid(
+        _grid(
+            tmp_path,
+            "base: {hidden: 256}\n"
+            "grid: {dp: [1, 2, 4], pp: [1, 2], tp: [1, 2], speedup.gemm: [1, 2]}\n"
+            "constraints: ['dp * pp * tp == 4', 'not (pp == 2 and speedup_gemm > 1)']\n",
+        )
+    )
+    assert g.size == 24 and g.base == {"hidden": 256}
+    env = [dict(p) for p in g.points()]
+    ok = [
+        p
+        for p in env
+        if all(c.holds({k.replace(".", "_"): v for k, v in p.items()}) for c in g.constraints)
+    ]
+    # dp*pp*tp == 4: (4,1,1) (2,2,1) (2,1,2) (1,2,2); pp == 2 only without a GEMM speed-up
+    assert len(ok) == 2 * 2 + 2 * 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("grid: {layerz: [1, 2]}\n", "unknown key 'layerz'"),
+        ("grid: {dp: [1, x]}\n", "dp must be an integer"),
+        ("grid: {speedup.warp: [2]}\n", "unknown kernel class 'warp'"),
+        ("grid: {dp: [1]}\nconstraints: ['dp * qq == 4']\n", "unknown key 'qq'"),
+        ("grid: {dp: [1]}\nconstraints: ['dp ==']\n", "is not an expression"),
+        ('grid: {dp: [1]}\nconstraints: [\'__import__("os").system("x")\']\n', "may be called"),
+        ("grid: {dp: [1]}\nconstraints: ['dp.real == 1']\n", "Attribute is not allowed"),
+        ("grid: {dp: [1]}\nconstraints: ['[dp][0] == 1']\n", "not allowed"),
+        ("grid: {dp: [1]}\nextra: 1\n", "unknown section"),
+        ("grid: {}\n", "non-empty mapping"),
+        ("base: {tp: two}\ngrid: {dp: [1]}\n", "tp must be an integer"),
+        ("grid: [1, 2\n", "not valid YAML"),
+    ],
+)
+def test_grid_errors_name_the_file_and_problem(tmp_path, text, message):
+    p = _grid(tmp_path, text)
+    with pytest.raises(GridError, match=message) as e:
+        load_grid(p)
+    assert str(p) in str(e.value)
+
+
+def test_constraint_interpreter_arithmetic():
+    c = parse_constraint(
+        "max(dp, 2) ** 2 // 3 % 5 + abs(-pp) >= 2 or layers / 0 == 1", {"dp", "pp", "layers"}, "x"
+    )
+    assert c.holds({"dp": 3, "pp": 1, "layers": 4})
+
+
+def test_missing_grid_file_is_clear(tmp_path):
+    with pytest.raises(GridError, match="cannot read the grid file"):
+        load_grid(tmp_path / "nope.yaml")

@@ -1,0 +1,162 @@
+"""Graph transforms on a hand-built template, checked against schedules computed by hand, and the
+pure-Python chain replay against the numba kernel on the same graphs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lumos.estimate.chain import chain_replay
+from lumos.estimate.layers import BLOCK, ROLE, Template
+from lumos.estimate.transforms import (
+    N_ROLES,
+    Structure,
+    TransformError,
+    build,
+    cls_dp_ar,
+    cls_recv,
+    cls_send,
+    cls_tp_ar,
+    durations,
+    n_classes,
+)
+
+
+def _template(layers: int = 2, fwd=(10,), bwd=(20,), fwd_roles=("const",), bwd_roles=("const",)):
+    """One micro-batch; each layer's forward and backward ops as given; optimizer 5 ns."""
+    rows = []
+    for ly in range(layers):
+        rows += [("f_layer", ly, 0, r, 0, d) for r, d in zip(fwd_roles, fwd, strict=True)]
+    for ly in reversed(range(layers)):
+        rows += [("b_layer", ly, 0, r, 1, d) for r, d in zip(bwd_roles, bwd, strict=True)]
+    rows.append(("opt", -1, -1, "opt", 0, 5))
+    return Template(
+        job="hand",
+        block=np.array([BLOCK[r[0]] for r in rows], np.int8),
+        layer=np.array([r[1] for r in rows], np.int64),
+        mb=np.array([r[2] for r in rows], np.int64),
+        role=np.array([ROLE[r[3]] for r in rows], np.int8),
+        bwd=np.array([r[4] for r in rows], np.int8),
+        dur_ns=np.array([r[5] for r in rows], np.int64),
+        gap_ns=np.zeros(len(rows), np.int64),
+        end_gap_ns=0,
+        step_ns=np.array([100], np.int64),
+    )
+
+
+def _run(tpl: Template, s: Structure, comm: dict[int, float] | None = None):
+    eg = build(tpl, s)
+    nc = n_classes(s.pp)
+    mult = np.ones((1, nc))
+    add = np.zeros((1, nc))
+    for c, v in (comm or {}).items():
+        add[0, c] = v
+    dur = durations(eg, np.zeros(tpl.n, np.int64), tpl.dur_ns, mult, add)[0]
+    start, end = chain_replay(eg.graph, dur)
+    return eg, dur, start, end
+
+
+def test_layers_duplicated_and_removed():
+    tpl = _template()
+    for layers, expected in ((1, 10 + 20 + 5), (2, 2 * 30 + 5), (5, 5 * 30 + 5)):
+        _, _, _, end = _run(tpl, Structure(layers=layers))
+        assert end.max() == expected
+
+
+def test_pipeline_1f1b_schedule_by_hand():
+    tpl = _template()
+    eg, dur, start, end = _run(tpl, Structure(layers=2, pp=2, num_micro_batches=2))
+    # stage 0: F0 [0,10] F1 [10,20] | B0 waits for stage 1's B0 (ends 40) -> [40,60]
+    # stage 1: F0 [10,20] B0 [20,40] F1 [40,50] B1 [50,70] opt [70,75]
+    # stage 0: B1 after stage 1's B1 (70) -> [70,90], opt [90,95]
+    work = (eg.tpl_idx >= 0) & (dur > 0)
+    got = [
+        (int(s), int(st), int(e))
+        for s, st, e in zip(eg.stage[work], start[work], end[work], strict=True)
+    ]
+    assert got == [
+        (0, 0, 10), (0, 10, 20), (0, 40, 60), (0, 70, 90), (0, 90, 95),
+        (1, 10, 20), (1, 20, 40), (1, 40, 50), (1, 50, 70), (1, 70, 75),
+    ]  # fmt: skip
+    assert end.max() == 95
+
+
+def test_pipeline_gpipe_schedule_by_hand():
+    tpl = _template()
+    eg, dur, start, end = _run(
+        tpl, Structure(layers=2, pp=2, num_micro_batches=2, pp_schedule="gpipe")
+    )
+    # stage 1: F0 [10,20] F1 [20,30] B0 [30,50] B1 [50,70]; stage 0: B0 [50,70] B1 [70,90]
+    work = (eg.tpl_idx >= 0) & (dur > 0)
+    got = [
+        (int(s), int(st), int(e))
+        for s, st, e in zip(eg.stage[work], start[work], end[work], strict=True)
+    ]
+    assert got == [
+        (0, 0, 10), (0, 10, 20), (0, 50, 70), (0, 70, 90), (0, 90, 95),
+        (1, 10, 20), (1, 20, 30), (1, 30, 50), (1, 50, 70), (1, 70, 75),
+    ]  # fmt: skip
+
+
+def test_pipeline_transfers_delay_the_next_stage():
+    tpl = _template()
+    pp = 2
+    comm = {cls_recv(pp): 3, cls_send(pp): 1}
+    _, _, _, end = _run(tpl, Structure(layers=2, pp=pp, num_micro_batches=1), comm)
+    # F0 s0 [0,10], send [10,11]; s1 recv [11,14], F0 [14,24], B0 [24,44], send [44,45];
+    # s0 recv [45,48], B0 [48,68], opt [68,73]
+    assert end.max() == 73
+
+
+def test_tensor_parallel_adds_two_allreduces_per_layer_and_direction():
+    roles_f = ("gemm_qkv", "attn", "gemm_out", "gemm_up", "gemm_down")
+    roles_b = ("gemm_down", "gemm_up", "gemm_out", "attn", "gemm_qkv")
+    tpl = _template(layers=2, fwd=(1,) * 5, bwd=(2,) * 5, fwd_roles=roles_f, bwd_roles=roles_b)
+    s = Structure(layers=3, tp=2, num_micro_batches=2)
+    eg = build(tpl, s)
+    ar = np.flatnonzero(eg.cls == cls_tp_ar(1))
+    assert ar.size == 3 * 2 * 4  # layers × micro-batches × (2 forward + 2 backward)
+    # each forward all-reduce follows an out or down GEMM; each backward one a qkv or up GEMM
+    before = eg.tpl_idx[ar - 1]
+    assert set(tpl.role[before].tolist()) == {
+        ROLE["gemm_out"], ROLE["gemm_down"], ROLE["gemm_qkv"], ROLE["gemm_up"],
+    }  # fmt: skip
+    _, _, _, end = _run(tpl, s, {cls_tp_ar(1): 7})
+    assert end.max() == 2 * 3 * (5 + 10) + 24 * 7 + 5
+
+
+def test_data_parallel_allreduce_before_optimizer():
+    tpl = _template()
+    eg, dur, start, end = _run(tpl, Structure(layers=2, dp=2), {cls_dp_ar(1, 0): 11})
+    i = int(np.flatnonzero(eg.cls == cls_dp_ar(1, 0))[0])
+    assert (start[i], end[i]) == (60, 71) and end.max() == 76
+
+
+def test_bad_structures_are_refused():
+    with pytest.raises(TransformError, match="fewer than pipeline stages"):
+        build(_template(), Structure(layers=1, pp=2))
+    with pytest.raises(TransformError, match="pp_schedule"):
+        build(_template(), Structure(layers=2, pp=2, pp_schedule="zb"))
+
+
+def test_chain_replay_equals_the_numba_kernel():
+    from kernels.replay import replay_sweep
+
+    rng = np.random.default_rng(0)
+    tpl = _template(layers=3, fwd=(4, 9), bwd=(8, 17), fwd_roles=("const",) * 2,
+                    bwd_roles=("const",) * 2)  # fmt: skip
+    tpl.gap_ns[:] = rng.integers(0, 5, tpl.n)
+    for s in (
+        Structure(layers=5, pp=2, num_micro_batches=3),
+        Structure(layers=7, pp=3, num_micro_batches=5, pp_schedule="gpipe", dp=2, tp=2),
+        Structure(layers=4, pp=4, num_micro_batches=8),
+    ):
+        eg = build(tpl, s)
+        nc = n_classes(s.pp)
+        mult = rng.uniform(0.5, 2.0, (4, nc))
+        add = rng.uniform(0, 20, (4, nc))
+        dur = durations(eg, np.zeros(tpl.n, np.int64), tpl.dur_ns, mult, add)
+        ms = replay_sweep(eg.graph, dur, parallel=False)
+        for c in range(4):
+            assert chain_replay(eg.graph, dur[c])[1].max() == ms[c]
+    assert N_ROLES < n_classes(1)
