@@ -430,7 +430,14 @@ class GraphBatch:
         list_base = task_off  # proc_list has n entries per graph
 
         def cat(name: str) -> np.ndarray:
+            if len(gs) == 1:  # a batch of one shares the graph's arrays: no copy per replay call
+                return np.ascontiguousarray(getattr(gs[0], name))
             return np.ascontiguousarray(np.concatenate([getattr(g, name) for g in gs]))
+
+        def rebase(name: str, bases: np.ndarray) -> np.ndarray:
+            if len(gs) == 1:
+                return np.ascontiguousarray(getattr(gs[0], name))
+            return np.concatenate([getattr(g, name) + b for g, b in zip(gs, bases, strict=False)])
 
         return cls(
             graphs=gs,
@@ -448,10 +455,10 @@ class GraphBatch:
             rt_lat_ns=cat("rt_lat_ns"),
             coll=cat("coll"),
             indeg=cat("indeg"),
-            succ_ptr=np.concatenate([g.succ_ptr + b for g, b in zip(gs, succ_base, strict=False)]),
+            succ_ptr=rebase("succ_ptr", succ_base),
             succ_dst=cat("succ_dst"),
             succ_lat_ns=cat("succ_lat_ns"),
-            proc_ptr=np.concatenate([g.proc_ptr + b for g, b in zip(gs, list_base, strict=False)]),
+            proc_ptr=rebase("proc_ptr", list_base),
             proc_list=cat("proc_list"),
             proc_device=cat("proc_device"),
             coll_size=cat("coll_size"),

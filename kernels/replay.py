@@ -37,6 +37,12 @@ Batches: instances name a graph of a `GraphBatch` and where their durations and 
 pool array, so thousands of sweep variants share one structure without copies (`replay_sweep`
 takes a 2-D ``dur[config, task]``). Every instance runs the same single-instance code, in a
 ``prange`` loop or a plain one: the results are identical either way.
+
+Speed (see `bench/replay.py`): one compiled kernel serves serial and parallel calls; instances are
+split into one contiguous range per thread, each reusing its working memory, and that memory is
+kept from call to call (fresh pages cost a fault each on first touch). A task's working state is
+one 32-byte row, and plain CPU tasks skip the heap (`_replay_one`'s ``eager``); the heap itself is
+written out in the loop, as numba's inlined helpers taking arrays cost reference counting per call.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
-from numba import njit, prange
+from numba import get_num_threads, njit, prange
 
 from kernels.graph import GraphBatch, ReplayGraph
 
@@ -72,6 +78,34 @@ class Crit(IntEnum):
 
 C_NONE, C_PROC, C_EDGE, C_RUNTIME, C_QUEUE, C_COLL = 0, 1, 2, 3, 4, 5
 
+# A task's working row in `_replay_one`: start, end, crit_src and one word of bit fields (state in
+# bits 0-1, crit_kind in 2-4, "has waiters" in 5, remaining fixed predecessors from bit 8 on).
+_TS_WIDTH = 4
+_WAITERS = 32
+_REM_SHIFT = 8
+_REM_ONE = 1 << _REM_SHIFT
+# int64 working memory per task: its row, the stack, rt_src scratch, wait-list head and link
+_WS_PER_TASK = _TS_WIDTH + 4
+_WS_KEEP_MAX = 1 << 25  # largest working buffer kept between calls (256 MiB)
+
+# One working buffer reused from call to call: fresh memory costs a page fault per page on first
+# touch, which for a single replay of a large graph was a third of its time. Taken out while in
+# use, so concurrent callers never share it (the loser of a race allocates its own).
+_spare: list[np.ndarray] = []
+
+
+def _take_workspace(size: int) -> np.ndarray:
+    buf = _spare.pop() if _spare else None
+    if buf is None or buf.shape[0] < size:
+        buf = np.empty(size, np.int64)
+    return buf
+
+
+def _give_back(buf: np.ndarray) -> None:
+    if buf.shape[0] <= _WS_KEEP_MAX and not _spare:
+        _spare.append(buf)
+
+
 STATUS_OK = 0
 STATUS_DEADLOCK = 1
 
@@ -81,58 +115,13 @@ class ReplayError(RuntimeError):
 
 
 @njit(cache=True, inline="always")
-def _less(a: int, b: int, key_t: np.ndarray, key_b: np.ndarray) -> bool:
-    return key_t[a] < key_t[b] or (key_t[a] == key_t[b] and key_b[a] < key_b[b])
-
-
-@njit(cache=True, inline="always")
-def _heap_push(heap, hsize, key_t, key_b, p):  # noqa: ANN001, ANN202
-    i = hsize
-    heap[i] = p
-    while i > 0:
-        parent = (i - 1) >> 1
-        q = heap[parent]
-        if _less(p, q, key_t, key_b):
-            heap[i] = q
-            i = parent
-        else:
-            break
-    heap[i] = p
-    return hsize + 1
-
-
-@njit(cache=True, inline="always")
-def _heap_pop(heap, hsize, key_t, key_b):  # noqa: ANN001, ANN202
-    top = heap[0]
-    hsize -= 1
-    if hsize == 0:
-        return top, 0
-    last = heap[hsize]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= hsize:
-            break
-        r = c + 1
-        if r < hsize and _less(heap[r], heap[c], key_t, key_b):
-            c = r
-        if _less(heap[c], last, key_t, key_b):
-            heap[i] = heap[c]
-            i = c
-        else:
-            break
-    heap[i] = last
-    return top, hsize
-
-
-@njit(cache=True, inline="always")
-def _scan_stream(s, t, enq, proc_ptr, proc_list, launch_src, state, end):  # noqa: ANN001, ANN202
+def _scan_stream(s, t, enq, proc_ptr, proc_list, launch_src, ts):  # noqa: ANN001, ANN202
     """Advance stream s's enqueued prefix to time t (t never decreases) and return its last task."""
     q = enq[s]
     qe = proc_ptr[s + 1]
     while q < qe:
         c = launch_src[proc_list[q]]
-        if c >= 0 and not (state[c] == 2 and end[c] <= t):
+        if c >= 0 and not ((ts[c * _TS_WIDTH + 3] & 3) == 2 and ts[c * _TS_WIDTH + 1] <= t):
             break
         q += 1
     enq[s] = q
@@ -142,7 +131,7 @@ def _scan_stream(s, t, enq, proc_ptr, proc_list, launch_src, state, end):  # noq
 
 
 @njit(cache=True)
-def _replay_one(  # noqa: ANN201, PLR0912, PLR0915
+def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
     proc,
     proc_ptr,
     proc_list,
@@ -163,34 +152,55 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0915
     dur,
     delay,
     queue_depth,
+    eager,
+    keep,
     start,
     end,
     crit_src,
     crit_kind,
     rt_src,
+    ts,
+    stack,
+    wait_head,
+    wait_next,
 ):
     """Replay one graph into start/end/crit_src/crit_kind/rt_src; return (makespan, status).
 
     ``proc_ptr`` and ``succ_ptr`` hold absolute positions into ``proc_list`` / ``succ_*`` (which may
-    be a batch's concatenation); all task and processor ids are local to this graph.
+    be a batch's concatenation); all task and processor ids are local to this graph. With ``keep``
+    the schedule is written to ``start``..``rt_src`` (length n); without, they are not touched
+    (``rt_src`` is then scratch of length >= n). ``ts`` (>= n rows of `_TS_WIDTH`) and ``stack``
+    (>= n) are working arrays, overwritten: callers reuse them across instances.
+
+    The working state of a task is one 32-byte row of ``ts``: start (its ready time until it
+    starts), end, crit_src, and a word of bit fields (`_TS_WIDTH`): state (0 not started, 1
+    started, 2 done), crit_kind, whether tasks wait on it (their list is in ``wait_head`` /
+    ``wait_next``, touched only then) and its count of unfinished fixed predecessors. One row
+    instead of eight arrays: the processors walk the task ids at a dozen places at once, and on
+    graphs larger than the L2 cache the replay's time goes mostly to cache misses.
+
+    ``eager`` starts a plain task (``flags == 0``: it neither launches, waits at runtime nor
+    collects) *on a CPU thread* with ``dur > 0`` as soon as it is its processor's ready head,
+    instead of queueing it in the time-ordered heap. The result is the same, ties included:
+    nothing reads a CPU task's state (back-pressure, runtime waits and stream scans only read GPU
+    tasks and launches), and the heads it arms have keys after its own heap key (time start + dur
+    > start), so the heap pops them in the same order it would have. GPU tasks and zero-length
+    tasks stay in the heap: started early, they would reorder starts at exactly equal times
+    (hypothesis found such a case). ``eager=False`` runs every task through the heap: the
+    reference the tests compare against.
     """
     n = proc.shape[0]
     n_procs = proc_dev.shape[0]
     # Before a task starts, start[] holds its ready time and crit_src[] the predecessor that set it.
     for i in range(n):
-        start[i] = 0
-        end[i] = -1
-        crit_src[i] = -1
-        crit_kind[i] = C_NONE
-        rt_src[i] = -1
-    remaining = np.empty(n, np.int32)
-    for i in range(n):
-        remaining[i] = indeg[i]
-    state = np.zeros(n, np.int8)  # 0 not started, 1 started (maybe blocked), 2 done
-    wait_head = np.full(n, -1, np.int32)  # tasks blocked on this one (start or end)
-    wait_next = np.empty(n, np.int32)
-    stack = np.empty(n, np.int32)  # tasks to (re)evaluate; each is in it at most once
-    sp = 0
+        ts[i * _TS_WIDTH + 0] = 0
+        ts[i * _TS_WIDTH + 1] = -1
+        ts[i * _TS_WIDTH + 2] = -1
+        ts[i * _TS_WIDTH + 3] = indeg[i] << _REM_SHIFT  # not started, C_NONE, no waiters
+    if keep:
+        for i in range(n):
+            rt_src[i] = -1
+    sp = 0  # stack: started tasks to (re)evaluate; each is in it at most once
 
     cursor = np.empty(n_procs, np.int64)
     pstate = np.zeros(n_procs, np.int8)  # 0 head not ready, 1 in heap, 2 busy, 3 finished
@@ -236,6 +246,11 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0915
     coll_last = np.full(n_coll, -1, np.int64)
     coll_head = np.full(n_coll, -1, np.int64)
 
+    # Processors whose head just became ready (key_t set), to start at once (eager, plain head) or
+    # to push on the heap. Every start and every heap operation is written out once, in the loop
+    # below: array-taking helpers inlined by numba cost reference-count traffic on every call.
+    armed = np.empty(n_procs, np.int64)
+    na = 0
     for p in range(n_procs):
         cursor[p] = proc_ptr[p]
         enq[p] = proc_ptr[p]
@@ -243,138 +258,143 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0915
             pstate[p] = 3
             continue
         h = proc_list[proc_ptr[p]]
-        if remaining[h] == 0:
-            key_t[p] = start[h] + delay[h]
-            m = rt_mode[h]
-            late = m == _RT_STREAM or m == _RT_DEVICE or m == _RT_RECORD
-            key_b[p] = n_procs + p if late else p
-            hsize = _heap_push(heap, hsize, key_t, key_b, p)
+        if ts[h * _TS_WIDTH + 3] < _REM_ONE:
+            key_t[p] = delay[h]
+            armed[na] = p
+            na += 1
             pstate[p] = 1
 
     makespan = 0
     done = 0
-    cand = -1
     while True:
-        # Evaluate started tasks: complete those whose end is known, park the others as waiters.
-        while sp > 0:
+        if sp > 0:
+            # Evaluate a started task: complete it if its end is known, else park it as a waiter.
             sp -= 1
             w = stack[sp]
             p = proc[w]
-            e = start[w] + dur[w]
-            cs = crit_src[w]
-            ck = crit_kind[w]
-            if flags[w] == 0:
-                pass  # a plain task: its end is start + dur
-            elif launch_dst[w] >= 0 and blk[p] >= 0:
-                old = blk[p]
-                if state[old] == 0:
-                    wait_next[w] = wait_head[old]
-                    wait_head[old] = w
-                    continue
-                if start[old] > e:
-                    e = start[old]
-                    cs = old
-                    ck = C_QUEUE
-            m = rt_mode[w] if flags[w] != 0 else 0
-            if m == _RT_STREAM:
-                g = rt_src[w]
-                if g >= 0:
-                    if state[g] != 2:
-                        wait_next[w] = wait_head[g]
-                        wait_head[g] = w
+            e = ts[w * _TS_WIDTH + 0] + dur[w]
+            cs = ts[w * _TS_WIDTH + 2]
+            ck = (ts[w * _TS_WIDTH + 3] >> 2) & 7
+            if flags[w] != 0:
+                if launch_dst[w] >= 0 and blk[p] >= 0:
+                    old = blk[p]
+                    if (ts[old * _TS_WIDTH + 3] & 3) == 0:
+                        wait_next[w] = wait_head[old] if ts[old * _TS_WIDTH + 3] & _WAITERS else -1
+                        wait_head[old] = w
+                        ts[old * _TS_WIDTH + 3] |= _WAITERS
                         continue
-                    v = end[g] + rt_lat[w]
-                    if v > e:
-                        e = v
-                        cs = g
-                        ck = C_RUNTIME
-            elif m == _RT_DEVICE:
-                d = rt_arg[w]
-                best = -1
-                best_v = -1
-                blocked = False
-                for k in range(ds_ptr[d + 1] - ds_ptr[d]):
-                    g = dev_tgt[p * max_s + k]
+                    if ts[old * _TS_WIDTH + 0] > e:
+                        e = ts[old * _TS_WIDTH + 0]
+                        cs = old
+                        ck = C_QUEUE
+                m = rt_mode[w]
+                if m == _RT_STREAM:
+                    g = rt_src[w]
                     if g >= 0:
-                        if state[g] != 2:
-                            wait_next[w] = wait_head[g]
+                        if (ts[g * _TS_WIDTH + 3] & 3) != 2:
+                            wait_next[w] = wait_head[g] if ts[g * _TS_WIDTH + 3] & _WAITERS else -1
                             wait_head[g] = w
-                            blocked = True
-                            break
-                        v = end[g] + rt_lat[w]
-                        if v > best_v:
-                            best_v = v
-                            best = g
-                if blocked:
-                    continue
-                rt_src[w] = best
-                if best_v > e:
-                    e = best_v
-                    cs = best
-                    ck = C_RUNTIME
-            elif m == _RT_EVENT:
-                r = rt_arg[w]
-                if state[r] == 0:
-                    wait_next[w] = wait_head[r]
-                    wait_head[r] = w
-                    continue
-                if start[r] > e:  # matched to a record that came later: wait for it
-                    e = start[r]
-                    cs = r
-                    ck = C_RUNTIME
-                g = rt_src[r]
-                rt_src[w] = g
-                if g >= 0:
-                    if state[g] != 2:
-                        wait_next[w] = wait_head[g]
-                        wait_head[g] = w
+                            ts[g * _TS_WIDTH + 3] |= _WAITERS
+                            continue
+                        v = ts[g * _TS_WIDTH + 1] + rt_lat[w]
+                        if v > e:
+                            e = v
+                            cs = g
+                            ck = C_RUNTIME
+                elif m == _RT_DEVICE:
+                    d = rt_arg[w]
+                    best = -1
+                    best_v = -1
+                    blocked = False
+                    for k in range(ds_ptr[d + 1] - ds_ptr[d]):
+                        g = dev_tgt[p * max_s + k]
+                        if g >= 0:
+                            if (ts[g * _TS_WIDTH + 3] & 3) != 2:
+                                wait_next[w] = (
+                                    wait_head[g] if ts[g * _TS_WIDTH + 3] & _WAITERS else -1
+                                )
+                                wait_head[g] = w
+                                ts[g * _TS_WIDTH + 3] |= _WAITERS
+                                blocked = True
+                                break
+                            v = ts[g * _TS_WIDTH + 1] + rt_lat[w]
+                            if v > best_v:
+                                best_v = v
+                                best = g
+                    if blocked:
                         continue
-                    v = end[g] + rt_lat[w]
+                    rt_src[w] = best
+                    if best_v > e:
+                        e = best_v
+                        cs = best
+                        ck = C_RUNTIME
+                elif m == _RT_EVENT:
+                    r = rt_arg[w]
+                    if (ts[r * _TS_WIDTH + 3] & 3) == 0:
+                        wait_next[w] = wait_head[r] if ts[r * _TS_WIDTH + 3] & _WAITERS else -1
+                        wait_head[r] = w
+                        ts[r * _TS_WIDTH + 3] |= _WAITERS
+                        continue
+                    if (
+                        ts[r * _TS_WIDTH + 0] > e
+                    ):  # matched to a record that came later: wait for it
+                        e = ts[r * _TS_WIDTH + 0]
+                        cs = r
+                        ck = C_RUNTIME
+                    g = rt_src[r]
+                    rt_src[w] = g
+                    if g >= 0:
+                        if (ts[g * _TS_WIDTH + 3] & 3) != 2:
+                            wait_next[w] = wait_head[g] if ts[g * _TS_WIDTH + 3] & _WAITERS else -1
+                            wait_head[g] = w
+                            ts[g * _TS_WIDTH + 3] |= _WAITERS
+                            continue
+                        v = ts[g * _TS_WIDTH + 1] + rt_lat[w]
+                        if v > e:
+                            e = v
+                            cs = g
+                            ck = C_RUNTIME
+                c = coll[w]
+                if c >= 0:
+                    if coll_time[c] < 0:
+                        continue  # parked in the collective's list until the last arrival
+                    v = coll_time[c] + dur[w]
                     if v > e:
                         e = v
-                        cs = g
-                        ck = C_RUNTIME
-            c = coll[w] if flags[w] != 0 else -1
-            if c >= 0:
-                if coll_time[c] < 0:
-                    continue  # parked in the collective's list until the last arrival
-                v = coll_time[c] + dur[w]
-                if v > e:
-                    e = v
-                    cs = coll_last[c]
-                    ck = C_COLL
+                        cs = coll_last[c]
+                        ck = C_COLL
 
-            end[w] = e
-            crit_src[w] = cs
-            crit_kind[w] = ck
-            state[w] = 2
+            ts[w * _TS_WIDTH + 1] = e
+            ts[w * _TS_WIDTH + 2] = cs
+            ts[w * _TS_WIDTH + 3] = (ts[w * _TS_WIDTH + 3] & ~31) | (ck << 2) | 2
             done += 1
             if e > makespan:
                 makespan = e
-            x = wait_head[w]
-            wait_head[w] = -1
-            while x >= 0:
-                stack[sp] = x
-                sp += 1
-                x = wait_next[x]
+            if ts[w * _TS_WIDTH + 3] & _WAITERS:
+                ts[w * _TS_WIDTH + 3] &= ~_WAITERS
+                x = wait_head[w]
+                while x >= 0:
+                    stack[sp] = x
+                    sp += 1
+                    x = wait_next[x]
             for k in range(succ_ptr[w], succ_ptr[w + 1]):
                 s = succ_dst[k]
                 v = e + succ_lat[k]
-                if v > start[s] or crit_src[s] < 0:
-                    start[s] = v
-                    crit_src[s] = w
-                remaining[s] -= 1
-                if remaining[s] == 0:
+                # ties go to the lowest task id, so the choice does not depend on processing order
+                if (
+                    v > ts[s * _TS_WIDTH + 0]
+                    or ts[s * _TS_WIDTH + 2] < 0
+                    or (v == ts[s * _TS_WIDTH + 0] and w < ts[s * _TS_WIDTH + 2])
+                ):
+                    ts[s * _TS_WIDTH + 0] = v
+                    ts[s * _TS_WIDTH + 2] = w
+                ts[s * _TS_WIDTH + 3] -= _REM_ONE
+                if ts[s * _TS_WIDTH + 3] < _REM_ONE:
                     q = proc[s]
                     if pstate[q] == 0 and proc_list[cursor[q]] == s:
-                        key_t[q] = max(start[s], proc_free[q]) + delay[s]
-                        m = rt_mode[s]
-                        late = m == _RT_STREAM or m == _RT_DEVICE or m == _RT_RECORD
-                        key_b[q] = n_procs + q if late else q
-                        if cand < 0:
-                            cand = q
-                        else:
-                            hsize = _heap_push(heap, hsize, key_t, key_b, q)
+                        key_t[q] = max(ts[s * _TS_WIDTH + 0], proc_free[q]) + delay[s]
+                        armed[na] = q
+                        na += 1
                         pstate[q] = 1
             proc_free[p] = e
             proc_last[p] = w
@@ -383,95 +403,138 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0915
                 pstate[p] = 3
             else:
                 h = proc_list[cursor[p]]
-                if remaining[h] == 0:
-                    key_t[p] = max(start[h], e) + delay[h]
-                    m = rt_mode[h]
-                    late = m == _RT_STREAM or m == _RT_DEVICE or m == _RT_RECORD
-                    key_b[p] = n_procs + p if late else p
-                    if cand < 0:
-                        cand = p
-                    else:
-                        hsize = _heap_push(heap, hsize, key_t, key_b, p)
+                if ts[h * _TS_WIDTH + 3] < _REM_ONE:
+                    key_t[p] = max(ts[h * _TS_WIDTH + 0], e) + delay[h]
+                    armed[na] = p
+                    na += 1
                     pstate[p] = 1
                 else:
                     pstate[p] = 0
+            continue
 
-        # Start the earliest ready head. The first processor armed since the last start is kept
-        # out of the heap: when it is the earliest, it starts without a push and a pop.
-        if cand >= 0:
-            if hsize > 0 and _less(heap[0], cand, key_t, key_b):
-                hsize = _heap_push(heap, hsize, key_t, key_b, cand)
-                p, hsize = _heap_pop(heap, hsize, key_t, key_b)
-            else:
-                p = cand
-            cand = -1
+        if na > 0:
+            na -= 1
+            p = armed[na]
+            h = proc_list[cursor[p]]
+            if not (eager and flags[h] == 0 and proc_dev[p] < 0 and dur[h] > 0):
+                # into the heap, keyed (time, tie) with ties: readers of stream state last
+                m = rt_mode[h]
+                late = m == _RT_STREAM or m == _RT_DEVICE or m == _RT_RECORD
+                key_b[p] = n_procs + p if late else p
+                kt = key_t[p]
+                kb = key_b[p]
+                i = hsize
+                while i > 0:
+                    parent = (i - 1) >> 1
+                    o = heap[parent]
+                    if kt < key_t[o] or (kt == key_t[o] and kb < key_b[o]):
+                        heap[i] = o
+                        i = parent
+                    else:
+                        break
+                heap[i] = p
+                hsize += 1
+                continue
         elif hsize == 0:
             break
         else:
-            p, hsize = _heap_pop(heap, hsize, key_t, key_b)
-        h = proc_list[cursor[p]]
-        t = key_t[p]
-        if crit_src[h] >= 0 and (start[h] > proc_free[p] or proc_last[p] < 0):
-            crit_kind[h] = C_EDGE
-        elif proc_last[p] >= 0:
-            crit_src[h] = proc_last[p]
-            crit_kind[h] = C_PROC
-        start[h] = t
-        state[h] = 1
-        pstate[p] = 2
-        x = wait_head[h]
-        wait_head[h] = -1
-        while x >= 0:
-            stack[sp] = x
-            sp += 1
-            x = wait_next[x]
+            # pop the earliest ready head
+            p = heap[0]
+            hsize -= 1
+            if hsize > 0:
+                last = heap[hsize]
+                lt = key_t[last]
+                lb = key_b[last]
+                i = 0
+                while True:
+                    c = 2 * i + 1
+                    if c >= hsize:
+                        break
+                    r = c + 1
+                    if r < hsize and (
+                        key_t[heap[r]] < key_t[heap[c]]
+                        or (key_t[heap[r]] == key_t[heap[c]] and key_b[heap[r]] < key_b[heap[c]])
+                    ):
+                        c = r
+                    o = heap[c]
+                    if key_t[o] < lt or (key_t[o] == lt and key_b[o] < lb):
+                        heap[i] = o
+                        i = c
+                    else:
+                        break
+                heap[i] = last
+            h = proc_list[cursor[p]]
 
-        if flags[h] == 0:
-            stack[sp] = h
-            sp += 1
-            continue
-        g = launch_dst[h]
-        if g >= 0 and q_depth > 0:
-            d = proc_dev[proc[g]]
-            slot = d * q_depth + nlaunch[d] % q_depth
-            blk[p] = ring[slot]
-            ring[slot] = g
-            nlaunch[d] += 1
-        m = rt_mode[h]
-        if m == _RT_STREAM or m == _RT_RECORD:
-            rt_src[h] = _scan_stream(rt_arg[h], t, enq, proc_ptr, proc_list, launch_src, state, end)
-        elif m == _RT_DEVICE:
-            d = rt_arg[h]
-            for k in range(ds_ptr[d + 1] - ds_ptr[d]):
-                s = ds_list[ds_ptr[d] + k]
-                dev_tgt[p * max_s + k] = _scan_stream(
-                    s, t, enq, proc_ptr, proc_list, launch_src, state, end
-                )
-        c = coll[h]
-        if c >= 0:
-            coll_arrived[c] += 1
-            coll_last[c] = h
-            if coll_arrived[c] < coll_size[c]:
-                wait_next[h] = coll_head[c]
-                coll_head[c] = h
-                continue
-            coll_time[c] = t
-            x = coll_head[c]
-            coll_head[c] = -1
+        # Start h on p at key_t[p]: settle what bound its start, wake what waited for its start.
+        t = key_t[p]
+        if ts[h * _TS_WIDTH + 2] >= 0 and (
+            ts[h * _TS_WIDTH + 0] > proc_free[p] or proc_last[p] < 0
+        ):
+            ts[h * _TS_WIDTH + 3] = (ts[h * _TS_WIDTH + 3] & ~28) | (C_EDGE << 2)
+        elif proc_last[p] >= 0:
+            ts[h * _TS_WIDTH + 2] = proc_last[p]
+            ts[h * _TS_WIDTH + 3] = (ts[h * _TS_WIDTH + 3] & ~28) | (C_PROC << 2)
+        ts[h * _TS_WIDTH + 0] = t
+        ts[h * _TS_WIDTH + 3] |= 1
+        pstate[p] = 2
+        if ts[h * _TS_WIDTH + 3] & _WAITERS:
+            ts[h * _TS_WIDTH + 3] &= ~_WAITERS
+            x = wait_head[h]
             while x >= 0:
                 stack[sp] = x
                 sp += 1
                 x = wait_next[x]
+        if flags[h] != 0:
+            g = launch_dst[h]
+            if g >= 0 and q_depth > 0:
+                d = proc_dev[proc[g]]
+                slot = d * q_depth + nlaunch[d] % q_depth
+                blk[p] = ring[slot]
+                ring[slot] = g
+                nlaunch[d] += 1
+            m = rt_mode[h]
+            if m == _RT_STREAM or m == _RT_RECORD:
+                rt_src[h] = _scan_stream(rt_arg[h], t, enq, proc_ptr, proc_list, launch_src, ts)
+            elif m == _RT_DEVICE:
+                d = rt_arg[h]
+                for k in range(ds_ptr[d + 1] - ds_ptr[d]):
+                    s = ds_list[ds_ptr[d] + k]
+                    dev_tgt[p * max_s + k] = _scan_stream(
+                        s, t, enq, proc_ptr, proc_list, launch_src, ts
+                    )
+            c = coll[h]
+            if c >= 0:
+                coll_arrived[c] += 1
+                coll_last[c] = h
+                if coll_arrived[c] < coll_size[c]:
+                    wait_next[h] = coll_head[c]
+                    coll_head[c] = h
+                    continue
+                coll_time[c] = t
+                x = coll_head[c]
+                coll_head[c] = -1
+                while x >= 0:
+                    stack[sp] = x
+                    sp += 1
+                    x = wait_next[x]
         stack[sp] = h
         sp += 1
 
+    if keep:
+        for i in range(n):
+            start[i] = ts[i * _TS_WIDTH + 0]
+            end[i] = ts[i * _TS_WIDTH + 1]
+            crit_src[i] = ts[i * _TS_WIDTH + 2]
+            crit_kind[i] = (ts[i * _TS_WIDTH + 3] >> 2) & 7
     status = STATUS_OK if done == n else STATUS_DEADLOCK
     return makespan, status
 
 
 @njit(cache=True)
-def _run_instance(  # noqa: ANN201
-    i,
+def _run_range(  # noqa: ANN201, PLR0913
+    i0,
+    i1,
+    ws,
     inst_graph,
     task_off,
     proc_off,
@@ -498,6 +561,7 @@ def _run_instance(  # noqa: ANN201
     delay_pool,
     delay_off,
     queue_depth,
+    eager,
     keep,
     out_off,
     start_o,
@@ -508,70 +572,86 @@ def _run_instance(  # noqa: ANN201
     makespan,
     status,
 ):
-    g = inst_graph[i]
-    t0 = task_off[g]
-    t1 = task_off[g + 1]
-    n = t1 - t0
-    p0 = proc_off[g]
-    p1 = proc_off[g + 1]
-    if keep:
-        o = out_off[i]
-        start = start_o[o : o + n]
-        end = end_o[o : o + n]
-        crit_src = crit_src_o[o : o + n]
-        crit_kind = crit_kind_o[o : o + n]
-        rt_src = rt_src_o[o : o + n]
-    else:
-        start = np.empty(n, np.int64)
-        end = np.empty(n, np.int64)
-        crit_src = np.empty(n, np.int64)
-        crit_kind = np.empty(n, np.int8)
-        rt_src = np.empty(n, np.int64)
-    d0 = dur_off[i]
-    l0 = delay_off[i]
-    ms, st = _replay_one(
-        proc[t0:t1],
-        proc_ptr[p0 + g : p1 + g + 1],
-        proc_list,
-        proc_device[p0:p1],
-        n_devices[g],
-        succ_ptr[t0 + g : t1 + g + 1],
-        succ_dst,
-        succ_lat,
-        indeg[t0:t1],
-        launch_src[t0:t1],
-        launch_dst[t0:t1],
-        rt_mode[t0:t1],
-        rt_arg[t0:t1],
-        rt_lat[t0:t1],
-        coll[t0:t1],
-        coll_size[coll_off[g] : coll_off[g + 1]],
-        flags[t0:t1],
-        dur_pool[d0 : d0 + n],
-        delay_pool[l0 : l0 + n],
-        queue_depth,
-        start,
-        end,
-        crit_src,
-        crit_kind,
-        rt_src,
-    )
-    makespan[i] = ms
-    status[i] = st
+    """Replay instances i0..i1-1 with one set of working arrays, reused from one to the next
+    (fresh arrays per instance cost page faults that, in sweeps, rival the replay itself)."""
+    n_max = ws.shape[0] // _WS_PER_TASK
+    ts = ws[: n_max * _TS_WIDTH]
+    stack = ws[n_max * _TS_WIDTH : n_max * (_TS_WIDTH + 1)]
+    rt_src_s = ws[n_max * (_TS_WIDTH + 1) : n_max * (_TS_WIDTH + 2)]
+    wait_head = ws[n_max * (_TS_WIDTH + 2) : n_max * (_TS_WIDTH + 3)]
+    wait_next = ws[n_max * (_TS_WIDTH + 3) : n_max * _WS_PER_TASK]
+    for i in range(i0, i1):
+        g = inst_graph[i]
+        t0 = task_off[g]
+        t1 = task_off[g + 1]
+        n = t1 - t0
+        p0 = proc_off[g]
+        p1 = proc_off[g + 1]
+        if keep:
+            o = out_off[i]
+            start = start_o[o : o + n]
+            end = end_o[o : o + n]
+            crit_src = crit_src_o[o : o + n]
+            crit_kind = crit_kind_o[o : o + n]
+            rt_src = rt_src_o[o : o + n]
+        else:
+            start = start_o
+            end = end_o
+            crit_src = crit_src_o
+            crit_kind = crit_kind_o
+            rt_src = rt_src_s[:n]
+        d0 = dur_off[i]
+        l0 = delay_off[i]
+        ms, st = _replay_one(
+            proc[t0:t1],
+            proc_ptr[p0 + g : p1 + g + 1],
+            proc_list,
+            proc_device[p0:p1],
+            n_devices[g],
+            succ_ptr[t0 + g : t1 + g + 1],
+            succ_dst,
+            succ_lat,
+            indeg[t0:t1],
+            launch_src[t0:t1],
+            launch_dst[t0:t1],
+            rt_mode[t0:t1],
+            rt_arg[t0:t1],
+            rt_lat[t0:t1],
+            coll[t0:t1],
+            coll_size[coll_off[g] : coll_off[g + 1]],
+            flags[t0:t1],
+            dur_pool[d0 : d0 + n],
+            delay_pool[l0 : l0 + n],
+            queue_depth,
+            eager,
+            keep,
+            start,
+            end,
+            crit_src,
+            crit_kind,
+            rt_src,
+            ts,
+            stack,
+            wait_head,
+            wait_next,
+        )
+        makespan[i] = ms
+        status[i] = st
 
 
 @njit(cache=True, parallel=True)
-def _batch_parallel(*args):  # noqa: ANN002, ANN202
+def _batch(n_chunks, ws, *args):  # noqa: ANN001, ANN002, ANN202
+    """Instances split into ``n_chunks`` contiguous ranges, one per ``prange`` iteration, each with
+    its slice of the working memory ``ws``. With ``n_chunks == 1`` it runs on the calling thread."""
     n_inst = args[0].shape[0]
-    for i in prange(n_inst):
-        _run_instance(i, *args)
-
-
-@njit(cache=True)
-def _batch_serial(*args):  # noqa: ANN002, ANN202
-    n_inst = args[0].shape[0]
-    for i in range(n_inst):
-        _run_instance(i, *args)
+    if n_chunks <= 1:
+        _run_range(0, n_inst, ws, *args)
+        return
+    per = ws.shape[0] // n_chunks
+    for c in prange(n_chunks):
+        i0 = c * n_inst // n_chunks
+        i1 = (c + 1) * n_inst // n_chunks
+        _run_range(i0, i1, ws[c * per : (c + 1) * per], *args)
 
 
 @dataclass(frozen=True, eq=False)
@@ -662,6 +742,7 @@ def replay_batch(
     keep_schedule: bool = True,
     parallel: bool = True,
     check: bool = True,
+    eager: bool = True,
 ) -> BatchResult:
     """Replay many instances in one kernel call.
 
@@ -669,7 +750,8 @@ def replay_batch(
     per graph. ``dur_ns`` / ``delay_ns`` override the graphs' own arrays per instance, as a 2-D
     ``(instances, tasks)`` array (all instances of one size) or a ``(pool, offsets)`` pair: instance
     i reads ``pool[offsets[i] : offsets[i] + n]``. ``keep_schedule=False`` returns makespans only
-    (sweeps). ``check`` raises `ReplayError` on a deadlocked instance.
+    (sweeps). ``check`` raises `ReplayError` on a deadlocked instance. ``eager=False`` sends every
+    task through the time-ordered heap: the same results, slower (the tests' reference path).
     """
     if isinstance(graphs, ReplayGraph):
         batch = GraphBatch.of([graphs])
@@ -699,8 +781,12 @@ def replay_batch(
     rt_src = np.empty(total, np.int64)
     makespan = np.zeros(inst.shape[0], np.int64)
     status = np.zeros(inst.shape[0], np.int64)
-    kernel = _batch_parallel if parallel else _batch_serial
-    kernel(
+    n_chunks = min(get_num_threads(), inst.shape[0]) if parallel else 1
+    n_max = int(sizes.max()) if sizes.size else 0
+    ws = _take_workspace(n_chunks * n_max * _WS_PER_TASK)
+    _batch(
+        n_chunks,
+        ws[: n_chunks * n_max * _WS_PER_TASK],
         inst,
         batch.task_off,
         batch.proc_off,
@@ -727,6 +813,7 @@ def replay_batch(
         delay_pool,
         delay_off,
         int(queue_depth),
+        bool(eager),
         bool(keep_schedule),
         out_off,
         start,
@@ -737,6 +824,7 @@ def replay_batch(
         makespan,
         status,
     )
+    _give_back(ws)
     if check and (status != STATUS_OK).any():
         i = int(np.flatnonzero(status != STATUS_OK)[0])
         src = batch.graphs[int(inst[i])].source
@@ -754,6 +842,7 @@ def replay(
     delay_ns: np.ndarray | None = None,
     queue_depth: int = DEFAULT_QUEUE_DEPTH,
     check: bool = True,
+    eager: bool = True,
 ) -> Schedule:
     """Replay one graph (optionally with other durations/delays) and return its schedule."""
     res = replay_batch(
@@ -763,6 +852,7 @@ def replay(
         queue_depth=queue_depth,
         parallel=False,
         check=check,
+        eager=eager,
     )
     return res.instance(0)
 
