@@ -1,38 +1,90 @@
-"""Replay accuracy on the real traces (issue 3): model replay within the bounds, and each rule
-family shown to matter (removing it makes at least one real trace replay worse).
+"""Replay accuracy on the real traces (issue 3): the model replay within the bounds (median <= 1%,
+max <= 3% over complete steps) on every real trace with complete steps, or, where the data
+keeps a trace from them, within its documented ceiling; the multi-rank replay of the 8-rank DLRM
+job; and each rule family shown to matter (removing it makes at least one real trace worse).
 
-Each trace is ingested once per session into a temporary warehouse.
+Every trace is ingested once per session into one temporary warehouse, and each job's full
+replay runs once per session (`replays`).
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 
 import duckdb
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from kernels.replay import ReplayError
+from lumos.replay.collectives import build_collectives
 from lumos.replay.run import replay_job
 from warehouse.ingest import ingest
 
-# traces that reach the bounds (median <= 1%, max <= 3%) today; see .notes/README-replay.md for
-# trace_diff/control, trace_diff/test and the legacy ResNet trace, which do not yet
-PASSING = {
+TRACES = {
     "nccl_data": "hta/nccl_parser_config/nccl_data.json.gz",
     "ns_res": "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
     "df_index": "hta/df_index_resolver/df_index_resolver.json.gz",
     "dlrm": "param/dlrm_8rank/kineto",
+    "control": "hta/trace_diff/control/control.json.gz",
+    "test": "hta/trace_diff/test/test.json.gz",
+    "resnet": "kineto/resnet50_legacy_2021.pt.trace.json.gz",
 }
+BOUND = (0.01, 0.03)
+# (median, max) ceilings for traces whose data keeps them from BOUND, each with the reason from
+# the data. None today: trace_diff/test (noisy V100, rank 1 of 2), the last one, reaches BOUND
+# since the SM-wait, timer-noise and queue-contradiction rules (see .notes/README-replay.md).
+CEILING: dict[str, dict[str, tuple[float, float]]] = {}
+DLRM_RANKS = 8
+DLRM_COLLECTIVES = 8  # 5 all_to_all + 3 allreduce per rank
+SHIFT_US = {3: 37_500, 6: -12_345}  # known clock offsets written into two ranks' files
+
+
+def _shifted_copy(src: Path, dst: Path, shift_us: int) -> Path:
+    """`src` with every event timestamp moved by shift_us (a rank whose clock is off)."""
+    with gzip.open(src, "rt") as f:
+        doc = json.load(f)
+    for ev in doc["traceEvents"]:
+        if isinstance(ev.get("ts"), (int, float)):
+            ev["ts"] += shift_us
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(dst, "wt") as f:
+        json.dump(doc, f)
+    return dst
 
 
 @pytest.fixture(scope="session")
 def real_wh(shared_traces: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    wh = tmp_path_factory.mktemp("replay_wh") / "wh"
-    for job, rel in PASSING.items():
-        ingest([shared_traces / rel], warehouse=wh, job=job, build_catalog=job == "dlrm")
+    root = tmp_path_factory.mktemp("replay_wh")
+    wh = root / "wh"
+    for job, rel in TRACES.items():
+        ingest([shared_traces / rel], warehouse=wh, job=job, build_catalog=False)
+    shifted = []
+    for f in sorted((shared_traces / TRACES["dlrm"]).glob("*.json.gz")):
+        r = next((r for r in SHIFT_US if f.name.startswith(f"worker{r}_")), None)
+        shifted.append(_shifted_copy(f, root / "shift" / f.name, SHIFT_US.get(r, 0)))
+    assert sum(f.name.startswith(("worker3_", "worker6_")) for f in shifted) == len(SHIFT_US)
+    ingest(shifted, warehouse=wh, job="dlrm_shift")
     con = duckdb.connect(str(wh / "lumos.duckdb"), read_only=True)
-    yield con
+    yield wh, con
     con.close()
+
+
+@pytest.fixture(scope="session")
+def replays(real_wh):  # noqa: ANN001, ANN201
+    """Each job's replay in all modes, computed once per session on first use."""
+    wh, con = real_wh
+    cache: dict[str, object] = {}
+
+    def get(job: str):  # noqa: ANN202
+        if job not in cache:
+            coll = build_collectives(wh, job, write=False) if job.startswith("dlrm") else None
+            cache[job] = replay_job(con, job, collectives=coll)
+        return cache[job]
+
+    return get
 
 
 def _errors(con, job: str, drop=(), modes=("model",)) -> dict[str, float]:  # noqa: ANN001
@@ -51,25 +103,79 @@ def _errors(con, job: str, drop=(), modes=("model",)) -> dict[str, float]:  # no
     return {m: max(v) for m, v in out.items()}
 
 
-@pytest.mark.parametrize("job", sorted(PASSING))
-def test_model_replay_within_bounds(real_wh, job: str) -> None:  # noqa: ANN001
-    res = replay_job(real_wh, job)
-    rows = [r for r in res.tables["replay_quality"].to_pylist() if r["mode"] == "model"]
+@pytest.mark.parametrize("job", sorted(TRACES))
+def test_model_replay_accuracy(replays, job: str) -> None:  # noqa: ANN001
+    rows = [r for r in replays(job).tables["replay_quality"].to_pylist() if r["mode"] == "model"]
     assert rows, f"{job}: no complete step replayed"
     for r in rows:
-        assert r["median_rel_error"] <= 0.01, r
-        assert r["max_rel_error"] <= 0.03, r
+        med, mx = CEILING.get(job, {}).get(r["metric"], BOUND)
+        assert r["median_rel_error"] <= med, r
+        assert r["max_rel_error"] <= mx, r
 
 
-# "queue" (launch-queue back-pressure) is not listed: traced launch-call durations already hold
-# the blocking, so removing it changes none of these traces (see README-replay.md)
+def test_dlrm_multirank_within_bounds_on_every_rank(replays) -> None:  # noqa: ANN001
+    res = replays("dlrm")
+    rows = [r for r in res.tables["replay_quality"].to_pylist() if r["mode"] == "multirank"]
+    assert sorted({r["rank"] for r in rows}) == list(range(DLRM_RANKS))
+    assert {r["metric"] for r in rows} == {"cpu_step", "gpu_span"}  # one step: no period
+    for r in rows:
+        assert r["median_rel_error"] <= BOUND[0], r
+        assert r["max_rel_error"] <= BOUND[1], r
+
+
+def test_dlrm_multirank_collectives_join_all_ranks(real_wh) -> None:  # noqa: ANN001
+    from lumos.replay.multirank import build_multirank
+    from lumos.replay.run import build_tables
+
+    wh, con = real_wh
+    coll = build_collectives(wh, "dlrm", write=False)
+    consts = build_tables(con, "dlrm")
+    tasks = con.sql("SELECT * FROM tasks ORDER BY rank, task").to_arrow_table()
+    deps = con.sql("SELECT * FROM deps ORDER BY rank, dst, src").to_arrow_table()
+    m = build_multirank(tasks, deps, consts, coll)
+    assert m.n_collectives == DLRM_COLLECTIVES
+    joined = m.graph.coll >= 0
+    assert joined.sum() == DLRM_RANKS * DLRM_COLLECTIVES
+    assert sorted(set(m.rank[joined].tolist())) == list(range(DLRM_RANKS))
+
+
+def test_multirank_recovers_known_clock_offsets(replays, real_wh) -> None:  # noqa: ANN001
+    """Two ranks' files shifted by +37.5 ms and -12.345 ms replay exactly like the originals:
+    the offsets recovered from the collectives align the ranks (without them, the shifted ranks
+    would start tens of ms apart and every collective would wait for them)."""
+    wh, con = real_wh
+
+    def key(res) -> dict:  # noqa: ANN001
+        return {
+            (r["rank"], r["metric"]): r["replayed_ns"]
+            for r in res.tables["iteration_replay"].to_pylist()
+            if r["mode"] == "multirank"
+        }
+
+    base, shifted = key(replays("dlrm")), key(replays("dlrm_shift"))
+    assert base.keys() == shifted.keys() and len(base) == 2 * DLRM_RANKS
+    for k, v in base.items():
+        assert abs(shifted[k] - v) <= 2_000, k  # 1 us timestamp resolution, two ends
+
+    coll = build_collectives(wh, "dlrm_shift", write=False)
+    unaligned = coll.set_column(
+        coll.schema.get_field_index("offset_ns"),
+        "offset_ns",
+        pa.array(np.zeros(coll.num_rows, np.int64)),
+    )
+    res = replay_job(con, "dlrm_shift", modes=("multirank",), collectives=unaligned)
+    worst = max(r["rel_error"] for r in res.tables["iteration_replay"].to_pylist())
+    assert worst > BOUND[1]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["gap", "launch", "sync", "stream_wait", "thread"])
+@pytest.mark.parametrize("kind", ["gap", "launch", "sync", "stream_wait", "sm_wait", "thread"])
 def test_each_rule_matters(real_wh, kind: str) -> None:  # noqa: ANN001
-    worse = []
-    for job in sorted(PASSING):
-        base = _errors(real_wh, job)
-        abl = _errors(real_wh, job, drop=(kind,))
+    _, con = real_wh
+    # small traces first: the first one that gets worse ends the test
+    for job in ("resnet", "ns_res", "control", "dlrm", "nccl_data", "test", "df_index"):
+        base = _errors(con, job)
+        abl = _errors(con, job, drop=(kind,))
         if any(abl.get(m, float("inf")) > base[m] + 1e-4 for m in base) or "deadlock" in abl:
-            worse.append(job)
-    assert worse, f"removing {kind} changed no trace's replay"
+            return
+    pytest.fail(f"removing {kind} changed no trace's replay")

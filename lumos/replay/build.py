@@ -13,7 +13,7 @@ Two modes:
   every GPU task gets its traced start unless the graph forces it later. A consistency check only.
 
 ``drop`` removes rule families for ablations: ``launch``, ``stream_wait`` (both the given and the
-inferred inter-stream edges), ``thread``, ``sync`` (runtime dependencies), ``gap`` (CPU idle
+inferred inter-stream edges), ``sm_wait`` (SM-occupancy edges), ``thread``, ``sync`` (runtime dependencies), ``gap`` (CPU idle
 gaps), ``queue`` (launch-queue back-pressure; applied by the caller through queue_depth=0).
 """
 
@@ -28,7 +28,7 @@ from kernels.graph import Kind, ReplayGraph, Rt, csr_from_edges
 from lumos.replay.constants import DeviceConstants
 
 MODES = ("model", "identity")
-DROPPABLE = ("launch", "stream_wait", "thread", "sync", "gap", "queue")
+DROPPABLE = ("launch", "stream_wait", "sm_wait", "thread", "sync", "gap", "queue")
 
 
 class BuildError(ValueError):
@@ -96,6 +96,8 @@ def build_graph(
         keep &= (d_kind != "stream_wait") & (d_kind != "stream_wait_inferred")
     if "thread" in drop:
         keep &= d_kind != "thread"
+    if "sm_wait" in drop:
+        keep &= d_kind != "sm_wait"
     d_src, d_dst, d_kind = d_src[keep], d_dst[keep], d_kind[keep]
     lat = np.zeros(d_src.shape[0], np.int64)
 

@@ -5,28 +5,32 @@ the constants (`lumos.replay.constants`), replay every rank in `model` and `iden
 batched kernel call, compute `iteration_replay` with `lumos_sql/replay/iteration_replay.sql`, and
 write `iterations`, `tasks`, `deps`, `kernels`, `schedules`, `iteration_replay`, `replay_quality`
 as `<wh>/<table>/job=<enc>/part.parquet` (temp file + rename). Single-rank: each rank is its own
-graph; a multi-rank mode can add collective participants to the per-job graph before `_replay`
-(see `replay_job(..., graphs_hook=...)`).
+graph; the `multirank` mode (jobs with several ranks) stacks every rank's model graph into one
+instance joined by the matched collectives (`lumos.replay.multirank`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 (pa.compute)
 
 import lumos_sql
 from lumos.replay.build import build_graph
 from lumos.replay.constants import DeviceConstants, estimate, to_arrow
+from lumos.replay.multirank import MODE as MULTIRANK
+from lumos.replay.multirank import build_multirank
 from warehouse.layout import Layout, encode_job, write_parquet_atomic
 from warehouse.schema import ITERATION_REPLAY, SCHEDULES
 
 GRAPH_SCRIPTS = ("base", "constants")
 GRAPH_SCRIPTS_AFTER_CONST = ("iterations", "tasks", "deps", "kernels", "slack")
+MODES = ("model", "identity", MULTIRANK)
 RESULT_TABLES = ("iterations", "tasks", "deps", "kernels", "schedules", "iteration_replay")
 
 SCHED_SCHEMA = SCHEDULES
@@ -61,59 +65,84 @@ def build_tables(con, job: str) -> list[DeviceConstants]:  # noqa: ANN001
     return consts
 
 
+@dataclass
+class Instance:
+    """One replay instance: its mode, graph, and each task's rank and id within that rank."""
+
+    mode: str
+    graph: object
+    rank: np.ndarray
+    local_task: np.ndarray
+
+
 def rank_graphs(
     con,  # noqa: ANN001
     consts: list[DeviceConstants],
     *,
     modes: Sequence[str] = ("model", "identity"),
     drop: Collection[str] = (),
-) -> tuple[list[tuple[int, str]], list]:
-    """(rank, mode) keys and their graphs, from the temp tables on `con`."""
+    collectives: pa.Table | None = None,
+) -> list[Instance]:
+    """The replay instances of the job whose temp tables are on `con`: one per rank and
+    single-rank mode, plus one `multirank` instance over all ranks when asked for, the job has
+    several ranks and `collectives` (from `build_collectives`) is given."""
     tasks = con.sql("SELECT * FROM tasks ORDER BY rank, task").to_arrow_table()
     deps = con.sql("SELECT * FROM deps ORDER BY rank, dst, src").to_arrow_table()
     ranks = sorted(set(tasks.column("rank").to_pylist()))
     t_rank = tasks.column("rank").to_numpy()
     d_rank = deps.column("rank").to_numpy()
     job = tasks.column("job")[0].as_py() if tasks.num_rows else ""
-    keys, graphs = [], []
+    out = []
     for r in ranks:
         t = tasks.filter(pa.array(t_rank == r))
         d = deps.filter(pa.array(d_rank == r))
         c = [x for x in consts if x.rank == r]
         for mode in modes:
-            keys.append((r, mode))
-            graphs.append(
-                build_graph(t, d, c, mode=mode, drop=drop, source=f"{job} rank {r} ({mode})")
-            )
-    return keys, graphs
+            if mode == MULTIRANK:
+                continue
+            g = build_graph(t, d, c, mode=mode, drop=drop, source=f"{job} rank {r} ({mode})")
+            n = t.num_rows
+            out.append(Instance(mode, g, np.full(n, r, np.int64), np.arange(n, dtype=np.int64)))
+    if MULTIRANK in modes and len(ranks) > 1 and collectives is not None:
+        m = build_multirank(tasks, deps, consts, collectives, drop=drop, source=job)
+        out.append(Instance(MULTIRANK, m.graph, m.rank, m.local_task))
+    return out
 
 
 def replay_graphs(
     con,  # noqa: ANN001
     job: str,
-    keys: list[tuple[int, str]],
-    graphs: list,
+    instances: list[Instance],
     queue_depth: int,
 ) -> pa.Table:
-    """Replay the graphs in one batch, register `g_sched` on `con` and return it."""
+    """Replay the instances in one batch, register `g_sched` on `con` and return it.
+
+    In a multirank instance `crit_src` is the local id of the critical predecessor on its own
+    rank, which is another rank's task when a collective's last arrival bounded the task.
+    """
     from kernels.replay import replay_batch
 
+    graphs = [i.graph for i in instances]
     res = replay_batch(graphs, queue_depth=queue_depth, parallel=len(graphs) > 1)
     parts = []
-    for i, ((rank, mode), g) in enumerate(zip(keys, graphs, strict=True)):
-        s = res.instance(i)
-        n = g.n_tasks - (1 if mode == "identity" else 0)
+    for k, inst in enumerate(instances):
+        s = res.instance(k)
+        n = inst.rank.shape[0]  # the identity replay's anchor task is left out
+        crit = s.crit_src[:n].astype(np.int64)
+        # ids past n (the identity replay's anchor) stay as they are
+        inside = (crit >= 0) & (crit < n)
+        crit = np.where(inside, inst.local_task[np.clip(crit, 0, n - 1)], crit)
         parts.append(
             pa.table(
                 {
                     "job": pa.array([job] * n, pa.string()),
-                    "rank": pa.array(np.full(n, rank, np.int32)),
-                    "mode": pa.array([mode] * n, pa.string()),
-                    "task": pa.array(np.arange(n, dtype=np.int64)),
+                    "rank": pa.array(inst.rank.astype(np.int32)),
+                    "mode": pa.array([inst.mode] * n, pa.string()),
+                    "task": pa.array(inst.local_task),
                     "start_ns": pa.array(s.start_ns[:n]),
                     "end_ns": pa.array(s.end_ns[:n]),
                     "crit_kind": pa.array(s.crit_kind[:n].astype(np.int8)),
-                    "crit_src": pa.array(s.crit_src[:n].astype(np.int64)),
+                    "crit_src": pa.array(crit),
                 },
                 schema=SCHED_SCHEMA,
             )
@@ -127,19 +156,25 @@ def replay_job(
     con,  # noqa: ANN001
     job: str,
     *,
-    modes: Sequence[str] = ("model", "identity"),
+    modes: Sequence[str] = MODES,
     drop: Collection[str] = (),
-    graphs_hook: Callable[[list, list], None] | None = None,
+    collectives: pa.Table | None = None,
 ) -> JobReplay:
-    """Build, replay and score one job on an open catalog connection (nothing written)."""
+    """Build, replay and score one job on an open catalog connection (nothing written).
+
+    `collectives` (the job's `build_collectives` table) enables the `multirank` mode."""
     consts = build_tables(con, job)
-    keys, graphs = rank_graphs(con, consts, modes=modes, drop=drop)
-    if graphs_hook is not None:
-        graphs_hook(keys, graphs)
-    q = 0 if "queue" in drop else max([c.queue_depth for c in consts], default=1024)
+    instances = rank_graphs(con, consts, modes=modes, drop=drop, collectives=collectives)
+    # one depth per batch: off for the whole job if any device's trace contradicts the rule
+    depths = [c.queue_depth for c in consts]
+    q = 0 if "queue" in drop or 0 in depths else max(depths, default=1024)
     out = JobReplay(job, constants=consts, queue_depth=q)
-    if graphs:
-        out.tables["schedules"] = replay_graphs(con, job, keys, graphs, q)
+    if instances:
+        sched = replay_graphs(con, job, instances, q)
+        # the multirank schedule scores iteration_replay but is not stored: its critical
+        # predecessors cross ranks (a collective's last arrival), which lumos.explain's per-rank
+        # critical-path walk does not follow yet
+        out.tables["schedules"] = sched.filter(pa.compute.not_equal(sched["mode"], MULTIRANK))
         con.execute(lumos_sql.load("replay/iteration_replay"))
     else:
         out.tables["schedules"] = SCHED_SCHEMA.empty_table()
@@ -150,6 +185,16 @@ def replay_job(
     out.tables["iteration_replay"] = out.tables["iteration_replay"].cast(ITERATION_REPLAY)
     out.tables["replay_quality"] = con.sql(lumos_sql.load("replay/quality")).to_arrow_table()
     return out
+
+
+def job_collectives(warehouse: str | os.PathLike[str], con, job: str) -> pa.Table | None:  # noqa: ANN001
+    """The matched collectives of a job with several ranks (None for a single-rank job)."""
+    n = con.execute(lumos_sql.load("replay/n_ranks"), {"job": job}).fetchall()[0][0]
+    if n < 2:
+        return None
+    from lumos.replay.collectives import build_collectives
+
+    return build_collectives(warehouse, job, write=False)
 
 
 def list_jobs(con) -> list[str]:  # noqa: ANN001
@@ -188,7 +233,7 @@ def run(
             raise ValueError(f"{wh.root}: no ingested trace for job(s) {missing}")
         results = []
         for job in todo:
-            res = replay_job(con, job)
+            res = replay_job(con, job, collectives=job_collectives(wh.root, con, job))
             if write:
                 write_job(wh.root, res)
             results.append(res)

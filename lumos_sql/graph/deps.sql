@@ -11,11 +11,32 @@
 -- kind 'stream_wait_inferred'  only on ranks without such events (runtime calls carry no event id):
 --                     a GPU task that starts more than 2 gaps + 2 us later than its launch and its
 --                     stream predecessor explain, and whose launch follows a cudaStreamWaitEvent
---                     issued since its stream's previous launch, waits for the GPU task of another
---                     stream of its device that ended last before it started, if that end is within
---                     max(20 us, 10 gaps) of its start and itself explains the delay. An edge the
---                     trace's timing contradicts (source ending after the destination starts) is
---                     never made.
+--                     issued (on any thread) since its stream's previous launch, waits for
+--                     the GPU task of another stream of its device, launched before that wait call
+--                     (the event's record precedes the wait, so it can hold nothing launched
+--                     later), that ended last before it started, if that end itself explains the
+--                     delay. "Before it started" allows the
+--                     trace's own timer noise: the
+--                     largest overlap of two consecutive tasks of one stream in the rank (V100:
+--                     up to 13 us; trace_diff/test has a kernel start 8 us before the 290 MB copy
+--                     it waits for ends), capped at max(20 us, 10 gaps). An edge the timing
+--                     contradicts beyond that noise is never made.
+-- kind 'sm_wait'      SM occupancy (hardware): a kernel that fills every SM for several waves
+--                     (waves = warps per SM / resident warps per SM, resident = achieved occupancy
+--                     x 64 warps: 2048 threads per SM on every data-center NVIDIA GPU since
+--                     Kepler, as the traces' deviceProperties say; an occupancy of 0 means Kineto
+--                     could not compute it (dynamic shared memory): one resident block per SM,
+--                     waves = blocks per SM) hands out its blocks before a
+--                     kernel queued later on another stream gets an SM. A GPU kernel or memset
+--                     that became ready (launch + latency + gap, stream predecessor + gap; one gap
+--                     of tolerance) while such a kernel of another stream of its device was
+--                     running, and that started
+--                     only in that kernel's last waves (start >= its end - 3 waves - 10 us: the
+--                     trace's timing checks the edge) and no later than its end + 2 gaps + 2 us
+--                     (else something else held it), waits for it. Memcpys run on copy engines
+--                     and never wait. On trace_diff/control this explains 40 of the 42.8 ms of
+--                     unexplained slack (small fbgemm kernels on a side stream starting 63-94 us
+--                     before a 142-wave embedding-backward kernel ends).
 -- kind 'thread'       inter-thread: a CPU task that starts a burst on its thread (first task, or
 --                     after an idle gap of at least 50 us) waits for the task of another thread of
 --                     the rank that ended last before it, if that end falls inside the idle gap
@@ -60,33 +81,82 @@ ASOF JOIN (SELECT * FROM g_gpu_t WHERE launch_ts IS NOT NULL) AS g
  AND g.launch_ts > s.wait_ts;
 
 CREATE OR REPLACE TEMP TABLE g_edge_inf AS
-WITH k AS (
+WITH noise AS (
+    SELECT rank, greatest(0, coalesce(max(prev_end - ts_ns) FILTER (WHERE prev_end > ts_ns), 0))
+               AS ovl_ns
+    FROM g_gpu_t GROUP BY rank
+), k AS (
     SELECT g.*, c.gap_ns, c.launch_lat_ns,
+           least(n.ovl_ns, greatest(20000, 10 * c.gap_ns)) AS tol_ns,
            greatest(g.launch_end + c.launch_lat_ns + c.gap_ns, g.prev_end + c.gap_ns) AS explained
     FROM g_gpu_t AS g
     JOIN g_const AS c ON c.rank = g.rank AND c.device = g.device
+    JOIN noise AS n ON n.rank = g.rank
     WHERE g.rank NOT IN (SELECT DISTINCT rank FROM g_waits)
 ), late AS (
-    SELECT * FROM k
-    WHERE ts_ns - explained > 2 * gap_ns + 2000
-      AND EXISTS (SELECT 1 FROM tasks AS w
-                  WHERE w.rank = k.rank AND w.role = 'stream_wait'
-                    AND w.ts_ns < k.launch_ts AND w.ts_ns >= coalesce(k.prev_launch_ts, 0))
+    -- the last cudaStreamWaitEvent (any thread: it holds every later launch on its stream)
+    -- before the launch, if it came after the stream's previous launch
+    SELECT k.*, w.ts_ns AS wait_ts
+    FROM k
+    ASOF JOIN (SELECT rank, ts_ns FROM tasks WHERE role = 'stream_wait') AS w
+      ON w.rank = k.rank AND w.ts_ns < k.launch_ts
+    WHERE k.ts_ns - k.explained > 2 * k.gap_ns + 2000
+      AND w.ts_ns >= coalesce(k.prev_launch_ts, 0)
 ), cand AS (
-    SELECT l.rank, l.task AS dst, l.ts_ns, l.explained, l.gap_ns, s.proc AS other
+    SELECT l.rank, l.task AS dst, l.ts_ns, l.explained, l.gap_ns, l.tol_ns, l.wait_ts,
+           s.proc AS other
     FROM late AS l
     JOIN (SELECT DISTINCT rank, dev, proc FROM g_gpu_t) AS s
       ON s.rank = l.rank AND s.dev = l.dev AND s.proc <> l.proc
 ), hit AS (
+    -- the event can only hold work launched before the wait call; of that work, the task that
+    -- ended last before the waiting task started (within timer noise) and explains its delay
     SELECT c.*, g.task AS src, g.end_ns AS src_end
     FROM cand AS c
-    ASOF JOIN (SELECT rank, proc, end_ns, task FROM g_gpu_t) AS g
-      ON g.rank = c.rank AND g.proc = c.other AND g.end_ns <= c.ts_ns
+    JOIN g_gpu_t AS g
+      ON g.rank = c.rank AND g.proc = c.other AND g.launch_ts < c.wait_ts
+     AND g.end_ns <= c.ts_ns + c.tol_ns AND g.end_ns + c.gap_ns > c.explained
 )
 SELECT rank, arg_max(src, src_end) AS src, dst
 FROM hit
-WHERE ts_ns - src_end <= greatest(20000, 10 * gap_ns) AND src_end + gap_ns > explained
 GROUP BY rank, dst;
+
+CREATE OR REPLACE TEMP TABLE g_edge_sm AS
+WITH geo AS (
+    SELECT g.rank, g.task, g.proc, g.dev, g.ts_ns, g.end_ns,
+           CASE WHEN e.occupancy_pct > 0 THEN e.warps_per_sm / (e.occupancy_pct / 100.0 * 64)
+                ELSE e.blocks_per_sm END AS waves
+    FROM g_gpu_t AS g
+    JOIN tasks AS t USING (rank, task)
+    JOIN g_ev AS e ON e.rank = t.rank AND e.event_idx = t.event_idx
+    WHERE t.kind IN (10, 14) AND e.warps_per_sm > 0 AND e.occupancy_pct >= 0
+), wide AS (
+    SELECT *, (end_ns - ts_ns) / waves AS wave_ns FROM geo WHERE waves >= 2
+), x AS (
+    SELECT g.rank, g.task, g.proc, g.dev, g.ts_ns, c.gap_ns,
+           greatest(coalesce(g.launch_end + c.launch_lat_ns, 0), coalesce(g.prev_end, 0))
+               + c.gap_ns AS ready
+    FROM g_gpu_t AS g
+    JOIN tasks AS t USING (rank, task)
+    JOIN g_const AS c ON c.rank = g.rank AND c.device = g.device
+    WHERE t.kind IN (10, 12, 14)
+), cand AS (
+    SELECT x.*, s.proc AS other
+    FROM x
+    JOIN (SELECT DISTINCT rank, dev, proc FROM wide) AS s
+      ON s.rank = x.rank AND s.dev = x.dev AND s.proc <> x.proc
+), hit AS (
+    -- the wide kernel of the other stream that started last at or before x became ready
+    SELECT c.*, w.task AS src, w.ts_ns AS w_ts, w.end_ns AS w_end, w.wave_ns
+    FROM cand AS c
+    ASOF JOIN wide AS w
+      ON w.rank = c.rank AND w.proc = c.other AND w.ts_ns <= c.ready + c.gap_ns
+)
+SELECT rank, arg_max(src, w_end) AS src, task AS dst
+FROM hit
+WHERE w_ts < ts_ns AND w_end > ready AND ts_ns >= w_end - 3 * wave_ns - 10000
+  AND ts_ns <= w_end + 2 * gap_ns + 2000
+GROUP BY rank, task;
 
 CREATE OR REPLACE TEMP TABLE g_edge_thread AS
 WITH thr AS (
@@ -117,6 +187,7 @@ FROM (
     FROM g_gpu_t WHERE launch_task IS NOT NULL
     UNION ALL SELECT rank, src, dst, 'stream_wait' FROM g_edge_cs
     UNION ALL SELECT rank, src, dst, 'stream_wait_inferred' FROM g_edge_inf
+    UNION ALL SELECT rank, src, dst, 'sm_wait' FROM g_edge_sm
     UNION ALL SELECT rank, src, dst, 'thread' FROM g_edge_thread
 )
 ORDER BY rank, dst, src;

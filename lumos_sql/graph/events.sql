@@ -1,6 +1,8 @@
 -- g_ev: the complete ('X') events of one job that the execution graph is built from, with their
 -- end time. Parameter: $job. Everything else in lumos_sql/graph/ reads this temp table, so one
--- job's graph is built from one scan of the warehouse.
+-- job's graph is built from one scan of the warehouse. Kernels keep the launch geometry Kineto
+-- records (`blocks per SM`, `warps per SM`, `est. achieved occupancy %`): graph/deps uses it to
+-- tell kernels that fill every SM for several waves (the SM-wait rule).
 CREATE OR REPLACE TEMP TABLE g_ev AS
 SELECT
     job,
@@ -16,7 +18,14 @@ SELECT
     device,
     stream,
     correlation,
-    CASE WHEN cat = 'cuda_sync' THEN args_json END AS args_json
+    CASE WHEN cat = 'cuda_sync' THEN args_json END AS args_json,
+    CASE WHEN cat = 'kernel'
+         THEN TRY_CAST(json_extract(args_json, '$."blocks per SM"') AS DOUBLE) END AS blocks_per_sm,
+    CASE WHEN cat = 'kernel'
+         THEN TRY_CAST(json_extract(args_json, '$."warps per SM"') AS DOUBLE) END AS warps_per_sm,
+    CASE WHEN cat = 'kernel'
+         THEN TRY_CAST(json_extract(args_json, '$."est. achieved occupancy %"') AS DOUBLE)
+    END AS occupancy_pct
 FROM events
 WHERE job = $job
   AND ph = 'X'

@@ -6,7 +6,7 @@ CREATE OR REPLACE TEMP TABLE g_slack AS
 WITH sw AS (
     SELECT d.rank, d.dst AS task, max(s.ts_ns + s.dur_ns) AS sw_end
     FROM deps AS d JOIN tasks AS s ON s.rank = d.rank AND s.task = d.src
-    WHERE d.kind IN ('stream_wait', 'stream_wait_inferred')
+    WHERE d.kind IN ('stream_wait', 'stream_wait_inferred', 'sm_wait')
     GROUP BY ALL
 ), k AS (
     SELECT g.rank, c.gap_ns,

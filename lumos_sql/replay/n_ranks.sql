@@ -1,0 +1,2 @@
+-- the number of ranks of a job with an ingested (ok) trace. Parameter: $job.
+SELECT count(DISTINCT rank) FROM traces WHERE job = $job AND status = 'ok';
