@@ -267,3 +267,27 @@ def test_inferred_stream_wait_within_timer_noise_and_causal(waits) -> None:  # n
     assert edges == [(k1, k2)]
     s = {r["task"]: (r["start_ns"], r["end_ns"]) for r in res.tables["schedules"].to_pylist()}
     assert s[k2][0] == s[k1][1] + 2_000  # K1's end + the default 2 us gap
+
+
+def test_period_only_between_consecutive_steps(tmp_path) -> None:  # noqa: ANN001
+    """A profiler that traces one step per cycle numbers them #2, #5, #8: the time from #2 to #5
+    spans untraced steps, so it is no period; #5 to #6 is."""
+    events = [
+        _x("ProfilerStep#2", "user_annotation", 100, 50),
+        _x("aten::add", "cpu_op", 110, 20),
+        _x("ProfilerStep#5", "user_annotation", 400, 50),
+        _x("aten::add", "cpu_op", 410, 20),
+        _x("ProfilerStep#6", "user_annotation", 470, 50),
+        _x("aten::add", "cpu_op", 480, 20),
+    ]
+    trace = tmp_path / "cycles.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    wh = tmp_path / "wh"
+    ingest([trace], warehouse=wh, job="cycles")
+    con = duckdb.connect(str(wh / "lumos.duckdb"), read_only=True)
+    try:
+        replay_job(con, "cycles")
+        rows = con.sql("SELECT step, period_ns FROM iterations ORDER BY step").fetchall()
+    finally:
+        con.close()
+    assert rows == [(2, None), (5, 70_000), (6, None)]

@@ -1,7 +1,9 @@
 -- iterations: one row per rank and profiler step of the job in g_ev.
 --
 -- * cpu span: the `ProfilerStep#N` annotation (a cpu_op in legacy traces).
--- * period: this step's start to the next step's start (NULL for the last step).
+-- * period: this step's start to the next step's start, only when the next traced step is step + 1
+--   (NULL for the last step, and where untraced steps lie between: profilers that trace one step
+--   per cycle number them #2, #5, #8).
 -- * gpu span: first start to last end of the GPU tasks *launched* in the step, i.e. whose launching
 --   runtime call starts in [step start, next step start) (the last step: [start, end]). GPU time
 --   never assigns work to a step: the GPU can run 90 ms behind the CPU.
@@ -26,7 +28,9 @@ GROUP BY rank, step;
 
 CREATE OR REPLACE TEMP TABLE g_steps2 AS
 SELECT *,
-       lead(cpu_start_ns) OVER (PARTITION BY rank ORDER BY cpu_start_ns) AS next_start_ns,
+       CASE WHEN lead(step) OVER (PARTITION BY rank ORDER BY cpu_start_ns) = step + 1
+            THEN lead(cpu_start_ns) OVER (PARTITION BY rank ORDER BY cpu_start_ns)
+       END AS next_start_ns,
        row_number() OVER (PARTITION BY rank ORDER BY cpu_start_ns) - 1 AS ordinal,
        count(*) OVER (PARTITION BY rank) AS n_steps,
        median(cpu_end_ns - cpu_start_ns) OVER (PARTITION BY rank) AS median_cpu_ns
