@@ -69,3 +69,57 @@ def test_constraint_interpreter_arithmetic():
 def test_missing_grid_file_is_clear(tmp_path):
     with pytest.raises(GridError, match="cannot read the grid file"):
         load_grid(tmp_path / "nope.yaml")
+
+
+TINY = dict(layers=2, hidden=32, heads=2, seq=16, micro_batch=2, num_micro_batches=2, vocab=64)
+
+
+@pytest.fixture(scope="module")
+def real_estimator(tmp_path_factory):
+    """The estimator of one real single-rank training run (~10 s), ingested."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("torch") is None:
+        if os.environ.get("CI"):
+            pytest.fail("torch is not installed; CI must install the train extra")
+        pytest.skip("torch is not installed (pip install -e '.[train]')")
+    from lumos.estimate.estimator import Estimator
+    from lumos.groundtruth.config import RunControl, make_config
+    from lumos.groundtruth.runner import run_config
+    from warehouse.ingest import ingest
+
+    tmp = tmp_path_factory.mktemp("sweep")
+    run_config(
+        make_config(TINY, name="base"), RunControl(repeat=1, steps=1, warmup=1), tmp / "runs",
+        "merged", log=lambda m: None,
+    )  # fmt: skip
+    ingest([str(tmp / "runs")], warehouse=tmp / "wh")
+    return Estimator.open(tmp / "wh", "base")
+
+
+def test_compressed_sweep_equals_full_graphs_and_single_estimates(real_estimator):
+    """On a real template: the sweep path (merged runs) predicts exactly what the full graphs
+    and the single-estimate path (pure-Python replay of the full graph) predict."""
+    est = real_estimator
+    sets = [
+        {},
+        {"layers": 5},
+        {"hidden": 64, "seq": 32},
+        {"pp": 2, "num_micro_batches": 6},
+        {"pp": 2, "num_micro_batches": 3, "pp_schedule": "gpipe", "dp": 4},
+        {"tp": 2, "dp": 2, "micro_batch": 4},
+        {"layers": 6, "pp": 3, "tp": 2, "dp": 2, "num_micro_batches": 5},
+    ]
+    speeds = [{}, {"gemm": 2.0}, {}, {"comm": 3.0}, {"all": 1.5}, {"attn": 4.0}, {}]
+    targets = [est.target(s) for s in sets]
+    merged = est.predict(targets, speeds, parallel=False, compressed=True)
+    full = est.predict(targets, speeds, parallel=False, compressed=False)
+    single = [est.explain(t, sp) for t, sp in zip(targets, speeds, strict=True)]
+    for m, f, one in zip(merged, full, single, strict=True):
+        assert m.predicted_ns == f.predicted_ns == one.predicted_ns > 0
+        assert m.interval_ns == f.interval_ns == one.interval_ns
+        assert (m.memory_bytes, m.fits, m.warnings) == (f.memory_bytes, f.fits, f.warnings)
+    for t in targets:
+        cg = est.compressed(est.structure(t))
+        assert cg.n_tasks < cg.run_of.size  # fewer runs than tasks

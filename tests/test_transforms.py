@@ -160,3 +160,59 @@ def test_chain_replay_equals_the_numba_kernel():
         for c in range(4):
             assert chain_replay(eg.graph, dur[c])[1].max() == ms[c]
     assert N_ROLES < n_classes(1)
+
+
+def test_compressed_runs_by_hand():
+    from kernels.replay import replay_sweep
+    from lumos.estimate.compress import compress
+
+    tpl = _template()
+    eg, dur, _, end = _run(tpl, Structure(layers=2, pp=2, num_micro_batches=2))
+    cg = compress(eg)
+    # stage 0: F0+send | F1+send | recv+B0 | recv+B1+opt+end; stage 1: recv+F0+B0+send |
+    # recv+F1+B1+send | opt+end (a run ends at a send, starts at a recv)
+    assert cg.graph.proc.tolist() == [0, 0, 0, 0, 1, 1, 1]
+    nc = n_classes(2)
+    got = cg.durations(np.zeros(tpl.n, np.int64), tpl.dur_ns, np.ones((1, nc)), np.zeros((1, nc)))
+    assert got[0].tolist() == [10, 10, 20, 25, 30, 30, 5]
+    assert chain_replay(cg.graph, got[0])[1].max() == end.max() == 95
+    assert replay_sweep(cg.graph, got, parallel=False)[0] == 95
+
+
+def test_compressed_graph_keeps_the_makespan_exactly():
+    """Random templates (gaps, durations, fixed parts), structures and per-class coefficients:
+    the merged graph's makespan equals the full graph's, to the nanosecond."""
+    from kernels.replay import replay_sweep
+    from lumos.estimate.compress import compress
+
+    rng = np.random.default_rng(7)
+    roles_f = ("tok_h", "gemm_qkv", "attn", "gemm_out", "const", "gemm_up", "tok_f", "gemm_down")
+    roles_b = ("gemm_down", "tok_f", "gemm_up", "param_l", "gemm_out", "attn", "gemm_qkv")
+    structures = (
+        Structure(layers=5, pp=2, num_micro_batches=3, tp=2),
+        Structure(layers=7, pp=3, num_micro_batches=5, pp_schedule="gpipe", dp=2, tp=4),
+        Structure(layers=4, pp=4, num_micro_batches=8, dp=2),
+        Structure(layers=3, num_micro_batches=2, tp=2, dp=2),
+    )
+    for trial in range(8):
+        tpl = _template(
+            layers=2,
+            fwd=tuple(rng.integers(1, 10_000, len(roles_f))),
+            bwd=tuple(rng.integers(1, 10_000, len(roles_b))),
+            fwd_roles=roles_f,
+            bwd_roles=roles_b,
+        )
+        tpl.gap_ns[:] = rng.integers(0, 500, tpl.n)
+        fixed = (tpl.dur_ns * rng.uniform(0, 0.9, tpl.n)).astype(np.int64)
+        var = tpl.dur_ns - fixed
+        s = structures[trial % len(structures)]
+        eg = build(tpl, s)
+        cg = compress(eg)
+        assert cg.n_tasks < eg.n_tasks
+        nc = n_classes(s.pp)
+        mult = rng.uniform(0.1, 5.0, (16, nc))
+        add = rng.uniform(0, 3_000, (16, nc))
+        fs = rng.uniform(0.25, 1.0, (16, nc))
+        full = replay_sweep(eg.graph, durations(eg, fixed, var, mult, add, fs), parallel=False)
+        merged = replay_sweep(cg.graph, cg.durations(fixed, var, mult, add, fs), parallel=False)
+        np.testing.assert_array_equal(merged, full)

@@ -5,7 +5,8 @@ regenerates the step for a target *structure* — number of layers, pipeline deg
 micro-batch count, tensor-parallel degree — and returns an `EditedGraph`: a
 `kernels.graph.ReplayGraph` plus, per task, the class its duration follows. Durations that only
 depend on sizes (hidden, ffn, seq, micro-batch, dp, kernel speed-ups) are filled per
-configuration by `durations()`, so many configurations of one structure replay in one batch.
+configuration by `durations()`, so many configurations of one structure replay in one batch
+(sweeps replay the graph with its runs merged, `lumos.estimate.compress`).
 
 What each transform does to the graph (Lumos's edits, field-notes §1, plus TP):
 
@@ -118,6 +119,7 @@ class _Blocks:
         self.layers = layers
         ids = np.arange(tpl.n)
         self._cache: dict[tuple[str, int, int], np.ndarray] = {}
+        self._pieces: dict[tuple[str, int, int], tuple[list[np.ndarray], np.ndarray]] = {}
         for key in ("head", "opt", "tail"):
             self._cache[(key, -1, -1)] = ids[tpl.block == BLOCK[key]]
         for m in mbs:
@@ -132,6 +134,26 @@ class _Blocks:
         m = self.mbs[mb % len(self.mbs)] if mb >= 0 else -1
         ly = self.layers[layer % len(self.layers)] if layer >= 0 else -1
         return self._cache[(key, m, ly)]
+
+    def tp_split(self, key: str, mb: int, layer: int) -> tuple[list[np.ndarray], np.ndarray]:
+        """A layer block cut after each GEMM a TP all-reduce follows (see `_layer_with_tp`):
+        the pieces that end with such a GEMM, and the rest."""
+        m, ly = self.mbs[mb % len(self.mbs)], self.layers[layer % len(self.layers)]
+        got = self._pieces.get((key, m, ly))
+        if got is None:
+            ids = self._cache[(key, m, ly)]
+            bwd = key == "b_layer"
+            after = (
+                (ROLE["gemm_qkv"], ROLE["gemm_up"])
+                if bwd
+                else (ROLE["gemm_out"], ROLE["gemm_down"])
+            )
+            cut = np.flatnonzero(np.isin(self.tpl.role[ids], after))
+            starts = np.concatenate([[0], cut + 1])[: cut.size].astype(int)
+            pieces = [ids[a : c + 1] for a, c in zip(starts, cut, strict=True)]
+            rest = ids[cut[-1] + 1 :] if cut.size else ids
+            got = self._pieces[(key, m, ly)] = (pieces, rest)
+        return got
 
 
 def _schedule(kind: str, stage: int, pp: int, m: int) -> list[tuple[str, int]]:
@@ -148,51 +170,52 @@ def _schedule(kind: str, stage: int, pp: int, m: int) -> list[tuple[str, int]]:
     return order
 
 
+_NEW = np.array([-1], np.int64)  # the template index of a task the transform adds
+
+
 class _Stage:
-    """Accumulates one stage's task list (template ids or new tasks) in processor order."""
+    """Accumulates one stage's program (template id arrays or new tasks) in processor order.
+
+    Segments are only recorded here (a few list appends each: a 50k-task graph has thousands);
+    `_assemble` derives the per-task arrays in one vectorised pass."""
 
     def __init__(self) -> None:
         self.tpl: list[np.ndarray] = []
-        self.cls: list[np.ndarray] = []
-        self.phase: list[np.ndarray] = []
+        self.seg_cls: list[int] = []  # a new task's class; for template ops: the optimizer class
+        self.seg_phase: list[int] = []
         self.n = 0
         self.marks: dict[tuple[str, int], int] = {}  # ('send_F', mb) -> local index
 
-    def add_tpl(self, ids: np.ndarray, tpl_role: np.ndarray, phase: int, opt_cls: int) -> None:
+    def add_tpl(self, ids: np.ndarray, phase: int, opt_cls: int) -> None:
         if ids.size == 0:
             return
         self.tpl.append(ids)
-        roles = tpl_role[ids].astype(np.int64)
-        if phase == 2:
-            roles = np.where(roles == ROLE["opt"], opt_cls, roles)
-        self.cls.append(roles)
-        self.phase.append(np.full(ids.size, phase, np.int8))
+        self.seg_cls.append(opt_cls)
+        self.seg_phase.append(phase)
         self.n += ids.size
 
     def add_new(self, cls: int, phase: int) -> int:
-        self.tpl.append(np.array([-1], np.int64))
-        self.cls.append(np.array([cls], np.int64))
-        self.phase.append(np.array([phase], np.int8))
+        self.tpl.append(_NEW)
+        self.seg_cls.append(cls)
+        self.seg_phase.append(phase)
         self.n += 1
         return self.n - 1
 
 
 def _layer_with_tp(
-    st: _Stage, ids: np.ndarray, tpl: Template, bwd: bool, tp: int, pp: int, phase: int
+    st: _Stage, b: _Blocks, key: str, mb: int, layer: int, tp: int, pp: int, phase: int
 ) -> None:
     """Add one layer's ops; with tp > 1 an all-reduce after the row-parallel forward GEMMs
     (out, down) or the column-parallel backward GEMMs (qkv, up)."""
     if tp <= 1:
-        st.add_tpl(ids, tpl.role, phase, -1)
+        st.add_tpl(b.get(key, mb, layer), phase, -1)
         return
-    after = (ROLE["gemm_qkv"], ROLE["gemm_up"]) if bwd else (ROLE["gemm_out"], ROLE["gemm_down"])
-    cut = np.flatnonzero(np.isin(tpl.role[ids], after))
-    prev = 0
-    for c in cut:
-        st.add_tpl(ids[prev : c + 1], tpl.role, phase, -1)
-        st.add_new(cls_tp_ar(pp), 3)
-        prev = c + 1
-    st.add_tpl(ids[prev:], tpl.role, phase, -1)
+    pieces, rest = b.tp_split(key, mb, layer)
+    ar = cls_tp_ar(pp)
+    for piece in pieces:
+        st.add_tpl(piece, phase, -1)
+        st.add_new(ar, 3)
+    st.add_tpl(rest, phase, -1)
 
 
 def build(tpl: Template, s: Structure, *, blocks: _Blocks | None = None) -> EditedGraph:
@@ -211,34 +234,34 @@ def build(tpl: Template, s: Structure, *, blocks: _Blocks | None = None) -> Edit
     recv_at: dict[tuple[str, int, int], tuple[int, int]] = {}
     M, P = s.num_micro_batches, s.pp
     for si, st in enumerate(stages):
-        st.add_tpl(b.get("head"), tpl.role, 4, -1)
+        st.add_tpl(b.get("head"), 4, -1)
         for kind, mb in _schedule(s.pp_schedule, si, P, M):
             if kind == "F":
                 if si > 0:
                     recv_at[("F", mb, si)] = (si, st.add_new(cls_recv(P), 3))
                 if si == 0:
-                    st.add_tpl(b.get("f_pre", mb), tpl.role, 0, -1)
+                    st.add_tpl(b.get("f_pre", mb), 0, -1)
                 for j in range(first[si], first[si] + counts[si]):
-                    _layer_with_tp(st, b.get("f_layer", mb, j), tpl, False, s.tp, P, 0)
+                    _layer_with_tp(st, b, "f_layer", mb, j, s.tp, P, 0)
                 if si == P - 1:
-                    st.add_tpl(b.get("f_post", mb), tpl.role, 0, -1)
+                    st.add_tpl(b.get("f_post", mb), 0, -1)
                 else:
                     pending[("F", mb, si + 1)] = (si, st.add_new(cls_send(P), 3))
             else:
                 if si < P - 1:
                     recv_at[("B", mb, si)] = (si, st.add_new(cls_recv(P), 3))
                 if si == P - 1:
-                    st.add_tpl(b.get("b_post", mb), tpl.role, 1, -1)
+                    st.add_tpl(b.get("b_post", mb), 1, -1)
                 for j in reversed(range(first[si], first[si] + counts[si])):
-                    _layer_with_tp(st, b.get("b_layer", mb, j), tpl, True, s.tp, P, 1)
+                    _layer_with_tp(st, b, "b_layer", mb, j, s.tp, P, 1)
                 if si == 0:
-                    st.add_tpl(b.get("b_pre", mb), tpl.role, 1, -1)
+                    st.add_tpl(b.get("b_pre", mb), 1, -1)
                 else:
                     pending[("B", mb, si - 1)] = (si, st.add_new(cls_send(P), 3))
         if s.dp > 1:
             st.add_new(cls_dp_ar(P, si), 3)
-        st.add_tpl(b.get("opt"), tpl.role, 2, cls_opt(si))
-        st.add_tpl(b.get("tail"), tpl.role, 4, -1)
+        st.add_tpl(b.get("opt"), 2, cls_opt(si))
+        st.add_tpl(b.get("tail"), 4, -1)
         end = st.add_new(ROLE["const"], 4)  # the idle end of the step (delay only)
         st.marks[("end", 0)] = end
     for key, (src_stage, src_local) in pending.items():
@@ -252,9 +275,16 @@ def _assemble(
 ) -> EditedGraph:
     off = np.concatenate([[0], np.cumsum([st.n for st in stages])]).astype(np.int64)
     n = int(off[-1])
-    tpl_idx = np.concatenate([np.concatenate(st.tpl) for st in stages])
-    cls = np.concatenate([np.concatenate(st.cls) for st in stages])
-    phase = np.concatenate([np.concatenate(st.phase) for st in stages])
+    tpl_idx = np.concatenate([a for st in stages for a in st.tpl]).astype(np.int64)
+    seg_len = np.array([a.size for st in stages for a in st.tpl], np.int64)
+    seg_cls = np.repeat(np.array([c for st in stages for c in st.seg_cls], np.int64), seg_len)
+    phase = np.repeat(np.array([p for st in stages for p in st.seg_phase], np.int8), seg_len)
+    has = tpl_idx >= 0
+    role = np.where(has, tpl.role[np.maximum(tpl_idx, 0)], 0).astype(np.int64)
+    # template ops follow their role's class; the optimizer's follow their stage's; new tasks
+    # carry theirs
+    cls = np.where(has, role, seg_cls)
+    cls = np.where(has & (phase == 2) & (role == ROLE["opt"]), seg_cls, cls)
     stage = np.repeat(np.arange(len(stages), dtype=np.int64), np.diff(off))
     delay = np.where(tpl_idx >= 0, tpl.gap_ns[np.maximum(tpl_idx, 0)], 0).astype(np.int64)
     for si, st in enumerate(stages):
