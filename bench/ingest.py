@@ -1,11 +1,14 @@
 """Ingestion benchmark: lumos against HolisticTraceAnalysis's loader and plain orjson.loads.
 
     .venv/bin/python bench/ingest.py [--runs 3] [--target-gb 1.0] [--no-hta-large]
+                                     [--mid-gb 0.25] [--markdown FILE]
 
 Inputs: the largest shared trace (hta/df_index_resolver, 54 MB of JSON) and a ~1 GB trace made
 by repeating its events (written, uncompressed, to a temp dir, never into the repo). Each
 contender runs in its own subprocess; its wall time and peak RSS (ru_maxrss of that process)
 are taken, and the medians over --runs are printed with the ratios ours / HTA and ours / orjson.
+With --no-hta-large (HTA needs many GB and minutes on 1 GB), HTA is measured on a --mid-gb trace
+built the same way, alongside lumos, so a ratio is still printed. --markdown writes the table.
 Contenders: `lumos ingest` end to end (Parquet written), the lumos reader alone (Arrow batches),
 HTA 0.5.0 `parse_trace_dataframe` (the `bench` extra), `orjson.loads` of the file's bytes.
 Not a test; not run in CI.
@@ -65,8 +68,10 @@ print(json.dumps({"rc": out.returncode, "wall": wall, "rss": rss, "cpu": ru.ru_u
 """
 
 
-def make_inputs(tmp: Path, target_gb: float) -> dict[str, tuple[Path, int, int]]:
-    """{label: (path, uncompressed bytes, events)} for the source trace and its repetition."""
+def make_inputs(
+    tmp: Path, target_gb: float, mid_gb: float | None = None
+) -> dict[str, tuple[Path, int, int]]:
+    """{label: (path, uncompressed bytes, events)} for the source trace and its repetitions."""
     text = igzip.open(SOURCE).read()
     small = tmp / "df_index_resolver.json"
     small.write_bytes(text)
@@ -76,19 +81,20 @@ def make_inputs(tmp: Path, target_gb: float) -> dict[str, tuple[Path, int, int]]
     end = text.rindex(b"}", 0, end) + 1
     region = text[start:end]
     n_events = len(json.loads(text)["traceEvents"])
-    copies = max(1, round(target_gb * 1e9 / len(region)))
-    big = tmp / f"df_index_resolver_x{copies}.json"
-    with open(big, "wb") as f:
-        f.write(text[:start])
-        for k in range(copies):
-            if k:
-                f.write(b",\n")
-            f.write(region)
-        f.write(text[end:])
-    return {
-        "54MB": (small, len(text), n_events),
-        f"{big.stat().st_size / 1e9:.2f}GB": (big, big.stat().st_size, n_events * copies),
-    }
+    out = {"54MB": (small, len(text), n_events)}
+    for gb in [mid_gb, target_gb] if mid_gb else [target_gb]:
+        copies = max(1, round(gb * 1e9 / len(region)))
+        big = tmp / f"df_index_resolver_x{copies}.json"
+        with open(big, "wb") as f:
+            f.write(text[:start])
+            for k in range(copies):
+                if k:
+                    f.write(b",\n")
+                f.write(region)
+            f.write(text[end:])
+        size = big.stat().st_size
+        out[f"{size / 1e9:.2f}GB"] = (big, size, n_events * copies)
+    return out
 
 
 def run(cmd: list[str]) -> dict:
@@ -108,11 +114,19 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--target-gb", type=float, default=1.0)
     ap.add_argument("--no-hta-large", action="store_true", help="skip HTA on the large trace")
+    ap.add_argument(
+        "--mid-gb",
+        type=float,
+        default=0.25,
+        help="with --no-hta-large: also measure every contender on a trace of this size",
+    )
+    ap.add_argument("--markdown", type=Path, help="write the results table (Markdown) here")
     args = ap.parse_args()
     py = sys.executable
     tmp = Path(tempfile.mkdtemp(prefix="lumos-bench-"))
     try:
-        inputs = make_inputs(tmp, args.target_gb)
+        inputs = make_inputs(tmp, args.target_gb, args.mid_gb if args.no_hta_large else None)
+        largest = max(inputs, key=lambda k: inputs[k][1])
         results: dict[tuple[str, str], dict] = {}
         for label, (path, size, n_events) in inputs.items():
             contenders = {
@@ -121,7 +135,7 @@ def main() -> None:
                 "HTA 0.5.0": [py, "-c", _HTA, str(path)],
                 "orjson.loads": [py, "-c", _ORJSON, str(path)],
             }
-            if args.no_hta_large and label != "54MB":
+            if args.no_hta_large and label == largest:
                 contenders.pop("HTA 0.5.0")
             for name, cmd in contenders.items():
                 walls, rsss, cpus = [], [], []
@@ -170,8 +184,33 @@ def main() -> None:
                     if p:
                         ratio = o["events_per_s"] / p["events_per_s"]
                         print(f"{label:>7} {ours} / {peer}: {ratio:5.2f}x events per CPU-second")
+        if args.markdown:
+            args.markdown.write_text(markdown(inputs, results))
+            print(f"table written to {args.markdown}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def markdown(inputs: dict[str, tuple[Path, int, int]], results: dict[tuple[str, str], dict]) -> str:
+    """The results as a Markdown table, with each lumos row's ratio to HTA on the same trace."""
+    lines = [
+        "| trace | contender | CPU s | wall s | events/s per core | MB/s per core | "
+        "peak RSS MB | x HTA (events/s per core) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, (_, _size, n_events) in inputs.items():
+        hta = results.get((label, "HTA 0.5.0"))
+        for name in ("lumos ingest", "lumos reader", "HTA 0.5.0", "orjson.loads"):
+            r = results.get((label, name))
+            if r is None:
+                continue
+            ratio = f"{r['events_per_s'] / hta['events_per_s']:.1f}" if hta else "n/a"
+            lines.append(
+                f"| {label} ({n_events:,} events) | {name} | {r['cpu_s']:.2f} | {r['wall_s']:.2f} | "
+                f"{r['events_per_s'] / 1e3:,.0f}k | {r['mb_per_s']:.1f} | "
+                f"{r['peak_rss_mb']:,.0f} | {ratio} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

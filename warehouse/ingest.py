@@ -214,6 +214,58 @@ class _RowGroupWriter:
         self.writer.close()
 
 
+class _WriterThread:
+    """Runs a _RowGroupWriter in a thread: Parquet encoding and zstd (pyarrow releases the GIL)
+    overlap the parsing of the next chunk (the numba kernels release it too). The queue holds one
+    batch, so memory grows by one chunk's batch at most."""
+
+    _DONE = object()
+
+    def __init__(self, path: str) -> None:
+        import queue
+        import threading
+
+        self.inner = _RowGroupWriter(path)
+        self.queue: queue.Queue = queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="parquet-writer", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            batch = self.queue.get()
+            if batch is self._DONE:
+                return
+            if self.error is None:
+                try:
+                    self.inner.write(batch)
+                except BaseException as exc:  # re-raised in the parsing thread
+                    self.error = exc
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if self.error is not None:
+            raise self.error
+        self.queue.put(batch)
+
+    def close(self) -> None:
+        """Write what is queued, close the file; raises the writer's error, if any."""
+        self._stop()
+        if self.error is not None:
+            raise self.error
+        self.inner.close()
+
+    def abort(self) -> None:
+        """Stop without writing what is buffered (the file is deleted by the caller)."""
+        self.error = self.error or RuntimeError("aborted")
+        self._stop()
+        self.inner.writer.close()
+
+    def _stop(self) -> None:
+        if self.thread.is_alive():
+            self.queue.put(self._DONE)
+            self.thread.join()
+
+
 def _restamp(path: str, job: str, rank: int) -> None:
     """Rewrite a staged events file with the job/rank learnt from the trace's own metadata.
 
@@ -259,7 +311,7 @@ def _parse_one(task: _Task) -> _Staged:
     writer = None
     try:
         trace = open_trace(planned.path)
-        writer = _RowGroupWriter(events_tmp)
+        writer = _WriterThread(events_tmp)
         n = 0
         for batch in trace.batches():
             if n == 0:
@@ -310,7 +362,7 @@ def _parse_one(task: _Task) -> _Staged:
     finally:
         if writer is not None:
             try:
-                writer.writer.close()
+                writer.abort()
             except Exception:
                 pass
         if gc_was_enabled:

@@ -24,9 +24,9 @@ from warehouse.errors import MalformedTrace
 from warehouse.readers import numbers as nb
 from warehouse.readers import strings as st
 from warehouse.readers.categories import normalise_column
-from warehouse.readers.columns import Plan
+from warehouse.readers.columns import ColumnScratch, Plan
 from warehouse.readers.columns import run as columns_run
-from warehouse.readers.walker import FIELD, KEYS, find_spans
+from warehouse.readers.walker import FIELD, KEYS, SpanScratch, find_spans
 from warehouse.schema import READER_EVENTS
 
 _VALIDATOR = msgspec.json.Decoder(msgspec.Raw)
@@ -105,17 +105,25 @@ def _plan() -> Plan:
 _PLAN = _plan()
 
 
-def bracketed(buf: bytes, start: int, end: int) -> bytearray:
-    """`[` + buf[start:end] + `]` in one copy: the events region as a JSON array."""
-    data = bytearray(end - start + 2)
-    data[0] = 0x5B
-    data[1:-1] = memoryview(buf)[start:end]
-    data[-1] = 0x5D
-    return data
+class Scratch:
+    """Work arrays of `decode_events`, reused from chunk to chunk by one reader (not shared)."""
+
+    def __init__(self) -> None:
+        self.spans = SpanScratch()
+        self.columns = ColumnScratch()
 
 
-def decode_events(data: bytearray, n_events: int, base: int, path: Path) -> pa.RecordBatch:
-    """Decode `data` (see `bracketed`: n_events objects in brackets); `base` = first event_idx."""
+def decode_events(
+    data: bytes | bytearray | memoryview,
+    n_events: int,
+    base: int,
+    path: Path,
+    scratch: Scratch | None = None,
+) -> pa.RecordBatch:
+    """Decode `data`, `[` + n_events comma-separated objects + `]`; `base` = first event_idx.
+
+    `scratch`: work arrays to reuse across calls (one per reader; not thread-safe).
+    """
     try:
         _VALIDATOR.decode(data)
     except msgspec.DecodeError as err:
@@ -124,8 +132,9 @@ def decode_events(data: bytearray, n_events: int, base: int, path: Path) -> pa.R
         ) from None
     region = memoryview(data)[1:-1]
     buf = np.frombuffer(region, dtype=np.uint8)
-    starts, ends, totals = find_spans(buf, n_events)
-    columns, (row, field, code) = columns_run(_PLAN, buf, starts, ends, totals)
+    scratch = scratch or Scratch()
+    starts, ends, totals = find_spans(buf, n_events, scratch.spans)
+    columns, (row, field, code) = columns_run(_PLAN, buf, starts, ends, totals, scratch.columns)
     if row >= 0:
         key = KEYS[field]
         text = bytes(region[starts[row, field] : ends[row, field]]).decode("utf-8", "replace")

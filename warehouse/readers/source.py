@@ -50,6 +50,19 @@ def read_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
             yield chunk
 
 
+def fill(stream: BinaryIO, view: memoryview, path: Path, gz: bool) -> int:
+    """Read into `view` (decompressed bytes); 0 at the end. Errors as in `read_chunks`."""
+    try:
+        return stream.readinto(view) or 0
+    except EOFError:
+        raise MalformedTrace(
+            path, "truncated gzip: the compressed stream ends before its end marker"
+        ) from None
+    except (OSError, zlib.error, ValueError) as err:
+        what = "corrupt gzip data" if gz else "read error"
+        raise MalformedTrace(path, f"{what}: {err}") from None
+
+
 def read_head(path: Path, n: int = 1 << 16) -> tuple[bytes, bool, str | None]:
     """The first `n` decompressed bytes, whether the file is gzip'd, and a decompression error."""
     gz = is_gzip(path)

@@ -1,8 +1,8 @@
 """KinetoTrace: stream one trace file into Arrow batches of READER_EVENTS, plus its metadata.
 
-The loop: read a chunk of decompressed bytes, append it to the unfinished tail of the previous
-one, let the scanner find the complete events and top-level members, decode the events in one
-call, yield a batch, keep the tail. Memory is bounded by a chunk plus the largest single event or
+The loop: read a chunk of decompressed bytes into one reused buffer, after the unfinished tail
+of the previous one, let the scanner find the complete events and top-level members, decode the
+events in one call, yield a batch, keep the tail. Memory is bounded by a chunk plus the largest single event or
 top-level member, never by the file size.
 """
 
@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from warehouse.errors import MalformedTrace, NotKinetoTrace
 from warehouse.readers import scanner as sc
 from warehouse.readers.categories import LEGACY_CATEGORIES
-from warehouse.readers.decode import bracketed, decode_events, gc_paused
+from warehouse.readers.decode import Scratch, decode_events, gc_paused
 from warehouse.readers.sniff import (
     HOST_ET_KEYS,
     describe_array,
@@ -29,7 +29,7 @@ from warehouse.readers.sniff import (
     describe_head,
     describe_keys,
 )
-from warehouse.readers.source import read_chunks, read_head
+from warehouse.readers.source import fill, is_gzip, open_stream, read_head
 
 # Categories of work that runs on an accelerator (normalised names).
 _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -79,42 +79,82 @@ class KinetoTrace:
         self._gpu_devices.clear()
         state = sc.new_state()
         members = sc.new_members()
-        buf = b""
-        offset = 0  # absolute (decompressed) offset of buf[0]
+        # One buffer for the whole file: chunks are read into it after the unfinished tail of the
+        # previous one (no copy per chunk, no fresh pages to fault in). Byte 0 is slack, so that
+        # the byte before the events region and the byte after it can be turned into the `[`
+        # and `]` that make the region one JSON array for msgspec, in place.
+        gz = is_gzip(self.path)
+        # a plain file smaller than a chunk needs no more room than its size (+1 to see its end)
+        step = (
+            self.chunk_bytes if gz else max(1, min(self.chunk_bytes, self.path.stat().st_size + 1))
+        )
+        work = bytearray(step + 2)
+        n_data = 0  # bytes of text in work[1 : 1 + n_data]
+        offset = 0  # absolute (decompressed) offset of work[1]
         n_events = 0
-        for chunk in read_chunks(self.path, self.chunk_bytes):
-            if offset == 0 and not buf and chunk.startswith(b"\xef\xbb\xbf"):
-                chunk = chunk[3:]  # a UTF-8 byte order mark
-                offset = 3
-            buf = buf + chunk if buf else chunk
+        scratch = Scratch()
+        with open_stream(self.path) as stream:
             while True:
-                arr = np.frombuffer(buf, dtype=np.uint8)
-                rc = sc.scan(arr, state, members, sc.TRACE_EVENTS_KEY)
-                if rc < 0:
-                    self._state_ev_count = int(state[sc.S_EV_COUNT])
-                    self._scan_error(rc, buf, int(state[sc.S_ERR_POS]), offset, n_events)
-                for k in range(int(state[sc.S_N_MEMBERS])):
-                    ks, ke, vs, ve = (int(x) for x in members[k])
-                    self._member(buf, ks, ke, vs, ve, offset)
-                if not state[sc.S_SEEN_TE]:
-                    self._refuse_early(len(buf))
-                ev_start, ev_end = int(state[sc.S_EV_START]), int(state[sc.S_EV_END])
-                if ev_start >= 0:
-                    data = bracketed(buf, ev_start, ev_end)
-                    _check_utf8(self.path, data, offset + ev_start - 1)
-                    with gc_paused():
-                        batch = decode_events(data, int(state[sc.S_EV_COUNT]), n_events, self.path)
-                    del data
-                    n_events += batch.num_rows
-                    self._account(batch)
-                    yield batch
-                clean = int(state[sc.S_CLEAN])
-                full = int(state[sc.S_N_MEMBERS]) == sc.MAX_MEMBERS
-                buf = buf[clean:]
-                offset += clean
-                if not full:
+                room = len(work) - 2 - n_data
+                if room < max(1, step // 2):
+                    # the unfinished tail (an event or member longer than half a chunk) leaves
+                    # too little room: grow (a new buffer: numpy views of the old one may live)
+                    bigger = bytearray(n_data + step + 2)
+                    bigger[: n_data + 1] = memoryview(work)[: n_data + 1]
+                    work = bigger
+                    room = step
+                got = fill(stream, memoryview(work)[1 + n_data : 1 + n_data + room], self.path, gz)
+                if got == 0:
                     break
-        self._finish(buf, state, offset, n_events)
+                if offset == 0 and n_data == 0 and work[1:4] == b"\xef\xbb\xbf":
+                    _move(work, 4, 1 + got, 1)  # a UTF-8 byte order mark
+                    got -= 3
+                    offset = 3
+                n_data += got
+                while True:
+                    arr = np.frombuffer(work, dtype=np.uint8, count=n_data, offset=1)
+                    rc = sc.scan(arr, state, members, sc.TRACE_EVENTS_KEY)
+                    if rc < 0:
+                        self._state_ev_count = int(state[sc.S_EV_COUNT])
+                        buf = bytes(arr)
+                        self._scan_error(rc, buf, int(state[sc.S_ERR_POS]), offset, n_events)
+                    for k in range(int(state[sc.S_N_MEMBERS])):
+                        ks, ke, vs, ve = (int(x) for x in members[k])
+                        self._member(bytes(arr[ks:ve]), ke - ks, vs - ks, offset + ks)
+                    if not state[sc.S_SEEN_TE]:
+                        self._refuse_early(n_data)
+                    ev_start, ev_end = int(state[sc.S_EV_START]), int(state[sc.S_EV_END])
+                    if ev_start >= 0:
+                        # work index = text index + 1: the region is work[ev_start+1 : ev_end+1]
+                        if int(arr[ev_start:ev_end].max()) >= 0x80:
+                            _check_utf8(self.path, bytes(arr[ev_start:ev_end]), offset + ev_start)
+                        before, after = work[ev_start], work[ev_end + 1]
+                        work[ev_start], work[ev_end + 1] = 0x5B, 0x5D
+                        try:
+                            with gc_paused():
+                                batch = decode_events(
+                                    memoryview(work)[ev_start : ev_end + 2],
+                                    int(state[sc.S_EV_COUNT]),
+                                    n_events,
+                                    self.path,
+                                    scratch,
+                                )
+                        finally:
+                            work[ev_start], work[ev_end + 1] = before, after
+                        n_events += batch.num_rows
+                        self._account(batch)
+                        yield batch
+                    clean = int(state[sc.S_CLEAN])
+                    full = int(state[sc.S_N_MEMBERS]) == sc.MAX_MEMBERS
+                    del arr
+                    if clean:
+                        tail = n_data - clean
+                        _move(work, 1 + clean, 1 + n_data, 1)
+                        n_data = tail
+                        offset += clean
+                    if not full:
+                        break
+        self._finish(bytes(memoryview(work)[1 : 1 + n_data]), state, offset, n_events)
 
     def read_all(self) -> pa.Table:
         """All events as one table (convenience for tests and small traces)."""
@@ -124,15 +164,16 @@ class KinetoTrace:
 
     # -- pieces of the loop ----------------------------------------------------------------------
 
-    def _member(self, buf: bytes, ks: int, ke: int, vs: int, ve: int, offset: int) -> None:
-        _check_utf8(self.path, buf[ks:ve], offset + ks)
+    def _member(self, text: bytes, key_end: int, value_start: int, at: int) -> None:
+        """One top-level member: `text` runs from its key's opening quote to its value's end."""
+        _check_utf8(self.path, text, at)
         try:
-            key = msgspec.json.decode(buf[ks:ke])
-            value = buf[vs:ve].decode()
+            key = msgspec.json.decode(text[:key_end])
+            value = text[value_start:].decode()
             msgspec.json.decode(value)  # the value must be valid JSON on its own
         except msgspec.DecodeError as err:
             raise MalformedTrace(
-                self.path, f"invalid JSON in top-level member at byte {offset + ks}: {err}"
+                self.path, f"invalid JSON in top-level member at byte {at}: {err}"
             ) from None
         self.meta.top_level[key] = value
 
@@ -255,6 +296,12 @@ class KinetoTrace:
         if names:
             return next(iter(names.values()))
         return "mtia" if on_mtia else None
+
+
+def _move(work: bytearray, start: int, end: int, to: int) -> None:
+    """work[to : to + end - start] = work[start:end], overlap allowed (numpy copies safely)."""
+    w = np.frombuffer(work, dtype=np.uint8)
+    w[to : to + end - start] = w[start:end]
 
 
 def _json_or_none(text: str) -> object:
