@@ -1,12 +1,15 @@
 """Estimation end to end on a real ground-truth run: `lumos estimate` (JSON fields, the base
 configuration predicts its own median step, layers monotonic), a 1,000-configuration `lumos
-sweep` into the `estimates` table, `estimate_vs_measured`, and the corpus accuracy bounds."""
+sweep` into the `estimates` table, `estimate_vs_measured`, the corpus accuracy bounds, and the
+template cut without the trainer's annotations (the same run's trace with them stripped)."""
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -119,3 +122,141 @@ def test_corpus_accuracy(tmp_path):
     )
     assert sum(errors) / len(errors) <= 4.0, table
     assert max(errors) <= 10.0, table
+
+
+# the trainer's own annotations: real (Megatron / HF) traces have none of them
+_TRAINER_ANN = re.compile(
+    r"^(layer_\d+|forward_mb\d+|backward_mb\d+|Forward \d+|Backward \d+|embedding|lm_head|loss"
+    r"|optimizer)$"
+)
+
+
+def _strip(src: Path, dst: Path, job: str, layer_as: str | None = None) -> None:
+    """Copy the run's traces to `dst` without the trainer's annotations (torch's own
+    `Optimizer.step#...` stays); `layer_as` renames `layer_<i>` to a module-style name instead."""
+    dst.mkdir(parents=True)
+    for f in src.glob("*.json.gz"):
+        d = json.loads(gzip.decompress(f.read_bytes()))
+        events = []
+        for e in d["traceEvents"]:
+            name = str(e.get("name"))
+            if e.get("cat") == "user_annotation" and _TRAINER_ANN.match(name):
+                if layer_as is None or not name.startswith("layer_"):
+                    continue
+                e = {**e, "name": layer_as.format(i=name[6:])}
+            events.append(e)
+        d["traceEvents"] = events
+        d["job_name"] = job
+        d.pop("lumos_groundtruth", None)
+        (dst / f.name).write_bytes(gzip.compress(json.dumps(d).encode()))
+
+
+@pytest.fixture(scope="module")
+def stripped_warehouse(gt_warehouse) -> Path:
+    """The base run's trace without annotations (job `plain`) and with module-style layer names
+    only (job `modules`: `model.layers.<i>`, as with_modules / HF traces name them)."""
+    from warehouse.ingest import ingest
+
+    runs = gt_warehouse.parent / "runs"
+    _strip(runs / "base", gt_warehouse.parent / "stripped" / "plain", "plain")
+    _strip(
+        runs / "base", gt_warehouse.parent / "stripped" / "modules", "modules", "model.layers.{i}"
+    )
+    ingest([str(gt_warehouse.parent / "stripped")], warehouse=gt_warehouse.parent / "wh_stripped")
+    return gt_warehouse.parent / "wh_stripped"
+
+
+@pytest.mark.parametrize("job", ["plain", "modules"])
+def test_template_without_trainer_annotations(gt_warehouse, stripped_warehouse, job):
+    from lumos.api import Warehouse
+    from lumos.estimate.layers import BLOCK, extract_template
+
+    ref = extract_template(Warehouse.open(gt_warehouse), "base", cache=False)
+    got = extract_template(Warehouse.open(stripped_warehouse), job, cache=False)
+    assert got.names == ref.names
+    assert (got.dur_ns == ref.dur_ns).all() and (got.gap_ns == ref.gap_ns).all()
+    for col in ("layer", "role", "bwd"):
+        assert (getattr(got, col) == getattr(ref, col)).all(), col
+    # the one difference: the loop's bookkeeping between micro-batch m's backward and m+1's
+    # forward (loss.detach().item()) is outside every forward_mb annotation (the head) but is
+    # the next micro-batch's loop body when nothing says otherwise
+    moved = [i for i in range(ref.n) if (got.block[i], got.mb[i]) != (ref.block[i], ref.mb[i])]
+    assert [ref.names[i] for i in moved] == ["aten::detach", "aten::item"] * (
+        TINY["num_micro_batches"] - 1
+    )
+    assert all(ref.block[i] == BLOCK["head"] and got.block[i] == BLOCK["f_pre"] for i in moved)
+
+
+def test_predictions_without_trainer_annotations(gt_warehouse, stripped_warehouse):
+    from lumos.estimate.estimator import Estimator
+
+    ref = Estimator.open(gt_warehouse, "base")
+    got = Estimator.open(stripped_warehouse, "plain")
+    assert got.base == ref.base
+    for change, tol in [
+        ({"layers": 4}, 0.0),
+        ({"hidden": 64}, 0.0),
+        ({"dp": 2}, 0.0),
+        # the two moved ops (+ their ~40 us idle gap) sit inside micro-batch 1's forward instead
+        # of the step's head: they shift stage 0's pipeline schedule / repeat per micro-batch
+        ({"pp": 2}, 0.015),
+        ({"num_micro_batches": 4}, 0.015),
+    ]:
+        a = ref.explain(ref.target(change)).predicted_ns
+        b = got.explain(got.target(change)).predicted_ns
+        assert abs(b - a) <= tol * a, (change, a, b)
+
+
+def test_estimate_forward_only_trace_is_a_clear_message(shared_traces, tmp_path, capsys):
+    """An inference trace (HF Qwen on an H100, forward only): a message, never a traceback."""
+    from warehouse.ingest import ingest
+
+    src = shared_traces / "tracelens" / "h100_qwen1.5-0.5b_inference.json.gz"
+    (tmp_path / "qwen").mkdir()
+    (tmp_path / "qwen" / src.name).symlink_to(src)
+    ingest([str(tmp_path / "qwen")], warehouse=tmp_path / "wh")
+    argv = ["estimate", "--warehouse", str(tmp_path / "wh"), "--job", "qwen", "--set", "layers=48"]
+    assert main(argv) == 2
+    out = capsys.readouterr().out
+    assert "qwen: the traced step has no backward operator" in out and "inference" in out
+
+
+def _rows(names: list[str], links: dict[int, int], opt_from: int) -> list[dict]:
+    """template_tasks.sql-shaped rows of one step, 1 us per op (links: backward -> forward)."""
+    return [
+        dict(rank=0, step_no=1, step_ns=len(names) * 1000, rel_ns=i * 1000, dur_ns=1000,
+             gap_ns=0, name=n, event_idx=i, fwd_event_idx=links.get(i), layer=None, fwd_mb=None,
+             bwd_mb=None, in_optimizer=i >= opt_from, part=None, mod_layer=None)
+        for i, n in enumerate(names)
+    ]  # fmt: skip
+
+
+def test_period_cut_of_an_all_forwards_first_step():
+    """GPipe order (both forwards, then both backwards), no annotation: blocks by hand."""
+    from lumos.estimate.layers import BLOCK, ROLE, template_from_rows
+
+    layer = ["aten::layer_norm", "aten::linear", "aten::scaled_dot_product_attention",
+             "aten::linear", "aten::add"]  # fmt: skip
+    fwd = ["aten::embedding", *layer, *layer, "aten::layer_norm", "aten::linear",
+           "aten::cross_entropy_loss"]  # fmt: skip
+    names = ["aten::randint", *fwd, *fwd]  # 0 | mb0 1..14 | mb1 15..28
+    links: dict[int, int] = {}
+    for f0 in (15, 1):  # backward of mb1 first, each op linked to its forward op
+        names.append("aten::ones_like")
+        for j in reversed(range(len(fwd))):
+            links[len(names)] = f0 + j
+            names.append("autograd::engine::evaluate_function: XBackward0")
+    names += ["aten::mul_", "aten::add_"]
+    tpl = template_from_rows("gpipe", _rows(names, links, opt_from=len(names) - 2))
+    b = tpl.block
+    assert b[0] == BLOCK["head"] and list(tpl.mb[1:29]) == [0] * 14 + [1] * 14
+    for f0 in (1, 15):
+        assert b[f0] == BLOCK["f_pre"] and tpl.role[f0] == ROLE["emb"]
+        assert list(b[f0 + 1 : f0 + 11]) == [BLOCK["f_layer"]] * 10
+        assert list(tpl.layer[f0 + 1 : f0 + 11]) == [0] * 5 + [1] * 5
+        assert list(b[f0 + 11 : f0 + 14]) == [BLOCK["f_post"]] * 3
+    assert tpl.role[14] == ROLE["tok_v"] and tpl.role[13] == ROLE["gemm_head"]
+    bwd = slice(29, 29 + 2 * (1 + len(fwd)))
+    assert list(tpl.mb[bwd]) == [1] * 15 + [0] * 15 and tpl.bwd[bwd].all()
+    assert b[29] == BLOCK["b_post"] and list(tpl.layer[33:43]) == [1] * 5 + [0] * 5
+    assert list(b[-2:]) == [BLOCK["opt"]] * 2

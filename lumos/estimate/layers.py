@@ -1,8 +1,8 @@
 """Group a base job's traced step into the blocks the graph transforms reassemble.
 
 `extract_template(warehouse, job, cfg)` reads `lumos_sql/estimate/template_tasks.sql` (the top-level
-CPU operators of each traced step on the step's thread, labelled by the trainer-style annotations)
-and cuts one representative step into blocks:
+CPU operators of each traced step on the step's thread and the autograd thread, with the
+annotations that contain them) and cuts one representative step into blocks:
 
 ``head``  ops before the first micro-batch's forward (data loading, zero_grad);
 ``f_pre`` / ``f_post``  forward ops of a micro-batch before the first / after the last layer
@@ -10,6 +10,14 @@ and cuts one representative step into blocks:
 ``b_post`` / ``b_pre``  backward ops before the first / after the last layer's backward
 (loss and head backward; embedding backward); ``b_layer``  one layer's backward;
 ``opt``  the optimizer; ``tail``  everything after it up to the step's end.
+
+Evidence, in order of preference: the trainer's `forward_mb<m>` / `layer_<i>` annotations; else
+(`_infer_labels`) layers from module names (`nn.Module: <X>Layer_<i>`, `layers.<i>`) or from the
+period of the forward's op-name sequence anchored at attention ops; micro-batches as the runs of
+consecutive layers; a micro-batch's forward starts after the previous backward (or at its embedding
+lookup) and ends with the last op a backward op links to; the optimizer from `optimizer` or
+torch's `Optimizer.step#` annotation. A step without backward operators (an inference trace) is
+refused with a message: the estimator predicts training steps.
 
 Backward operators carry no layer annotation: they inherit their forward op's layer and role
 through the autograd `Sequence number` (SQL). Collective ops of the base (`c10d::*`) are dropped:
@@ -261,6 +269,182 @@ def _last_layer(out: dict[str, list[Any]], mb: int) -> int:
     return -1
 
 
+def _is_attn(name: str) -> bool:
+    s = _short(name)
+    return s == "scaled_dot_product_attention" or "attention" in s or "flash" in s
+
+
+def _is_loss(name: str) -> bool:
+    s = _short(name)
+    return any(x in s for x in ("cross_entropy", "nll_loss", "mse_loss"))
+
+
+def _is_bwd(name: str) -> bool:
+    return name.startswith("autograd::")
+
+
+def _is_comm(name: str) -> bool:
+    return name.startswith("c10d::") or name.startswith("gloo:") or name.startswith("nccl:")
+
+
+def _period_layers(rows: list[dict[str, Any]], fwd: list[int], job: str) -> list[list[range]]:
+    """Layer spans (row ranges) per forward run, from the repeating op-name sequence.
+
+    The unit is the most frequent name sequence from one attention op to the next: consecutive
+    attentions separated by exactly the unit are layers of one run (one micro-batch's forward).
+    Where a layer starts (the unit's rotation) is what matches the unit both before a run's first
+    attention and after its last one; among those offsets, the one whose layer starts with a norm
+    closest before the attention (pre-LN blocks), else the longest match before the attention.
+    """
+    names = [rows[i]["name"] for i in fwd]
+    att = [j for j, n in enumerate(names) if _is_attn(n)]
+    if len(att) < 2:
+        raise TemplateError(
+            f"{job}: {len(att)} attention operator(s) in the traced step and no layer annotation "
+            "(layer_<i>, nn.Module ...Layer_<i>, layers.<i>): cannot find the repeated layers"
+        )
+    segs = [tuple(names[a:b]) for a, b in zip(att, att[1:], strict=False)]
+    unit = max(set(segs), key=lambda u: (segs.count(u), -len(u)))
+    p = len(unit)
+    runs: list[list[int]] = [[att[0]]]
+    for i, seg in enumerate(segs):
+        if seg == unit:
+            runs[-1].append(att[i + 1])
+        else:
+            runs.append([att[i + 1]])
+    lo, hi, k_pre_max = 0, p, 0
+    for run in runs:
+        a, b = run[0], run[-1]
+        k_pre = next(
+            k for k in range(min(p, a), -1, -1) if tuple(names[a - k : a]) == unit[p - k :]
+        )
+        k_post = next(
+            q for q in range(min(p, len(names) - b), -1, -1) if tuple(names[b : b + q]) == unit[:q]
+        )
+        lo, hi = max(lo, p - k_post), min(hi, k_pre)
+        k_pre_max = max(k_pre_max, k_pre)
+    norms = [k for k in range(max(lo, 1), hi + 1) if "norm" in _short(unit[p - k])]
+    off = norms[0] if norms else (hi if lo <= hi else min(k_pre_max, p - 1))
+    out: list[list[range]] = []
+    for run in runs:
+        spans = [range(fwd[a - off], fwd[min(a - off + p, len(fwd)) - 1] + 1) for a in run]
+        out.append(spans)
+    return out
+
+
+def _module_layers(rows: list[dict[str, Any]], fwd: list[int]) -> list[list[range]]:
+    """Layer spans per forward run from module-name layer indices (`mod_layer`): a run restarts
+    when the index does not increase."""
+    out: list[list[range]] = []
+    prev = None
+    for i in fwd:
+        ly = rows[i]["mod_layer"]
+        if ly is None:
+            continue
+        ly = int(ly)
+        if prev is not None and ly == prev[0]:
+            last = out[-1][-1]
+            out[-1][-1] = range(last.start, i + 1)
+        elif prev is not None and ly > prev[0]:
+            out[-1].append(range(i, i + 1))
+        else:
+            out.append([range(i, i + 1)])
+        prev = (ly, i)
+    return out
+
+
+def _infer_labels(rows: list[dict[str, Any]], job: str) -> tuple[list[dict[str, Any]], str]:
+    """Rows relabelled with `layer`, `fwd_mb`, `bwd_mb` (and `part` = 'embedding' for each
+    micro-batch's ops before its first layer) from general evidence, for traces without the
+    trainer's `forward_mb<m>` annotations. Returns the rows and the evidence used."""
+    rows = [dict(r) for r in rows]
+    n = len(rows)
+    opt0 = next((i for i, r in enumerate(rows) if r["in_optimizer"]), n)
+    fwd = [i for i in range(opt0) if not _is_bwd(rows[i]["name"]) and not _is_comm(rows[i]["name"])]
+    if any(rows[i].get("mod_layer") is not None for i in fwd):
+        runs, how = _module_layers(rows, fwd), "module names (layer index)"
+    else:
+        runs, how = _period_layers(rows, fwd, job), "the repeating operator sequence"
+    if not runs:
+        raise TemplateError(f"{job}: no forward operator inside a layer before the optimizer")
+    for mb, spans in enumerate(runs):
+        for j, span in enumerate(spans):
+            layer = j if how != "module names (layer index)" else int(rows[span.start]["mod_layer"])
+            for i in span:
+                rows[i]["layer"], rows[i]["fwd_mb"] = layer, mb
+        # ops between a run's layers (outside every layer module) stay in the layer before them
+        for i in range(spans[0].start, spans[-1].stop):
+            if rows[i]["fwd_mb"] is None and not _is_bwd(rows[i]["name"]):
+                rows[i]["fwd_mb"], rows[i]["layer"] = mb, rows[i - 1]["layer"]
+    linked = {int(r["fwd_event_idx"]) for r in rows if r.get("fwd_event_idx") is not None}
+    bounds = [(s[0].start, s[-1].stop) for s in runs]
+    at = {int(r["event_idx"]): i for i, r in enumerate(rows)}
+
+    def first_emb(lo: int, hi: int) -> int | None:
+        return next((i for i in range(lo, hi) if _short(rows[i]["name"]) == "embedding"), None)
+
+    # a micro-batch's forward starts after the previous one's backward (the loop body: batch
+    # slicing, bookkeeping of the previous loss) or, in all-forwards-first schedules, after the
+    # previous forward's last op that the backward reads; the first one's start is where the op
+    # names before its embedding lookup stop matching the second one's (the rest is the step's head)
+    pre_of: dict[int, tuple[int, int]] = {}
+    for k in range(len(runs) + 1):
+        g0 = bounds[k - 1][1] if k > 0 else 0
+        g1 = bounds[k][0] if k < len(runs) else opt0
+        auto = [i for i in range(g0, g1) if _is_bwd(rows[i]["name"])]
+        after = auto[-1] + 1 if auto else g0
+        emb = first_emb(after, g1) if k < len(runs) else None
+        post_end = g0
+        if k > 0:
+            stop = auto[0] if auto else (emb if emb is not None else g1)
+            lnk = [i for i in range(g0, stop) if rows[i]["event_idx"] in linked]
+            post_end = lnk[-1] + 1 if lnk else g0
+            for i in range(g0, post_end):
+                rows[i]["fwd_mb"] = k - 1
+                if _is_loss(rows[i]["name"]):
+                    # the loss and the logits' reshapes right before it scale with the vocabulary
+                    j = i
+                    while j >= g0 and (j == i or _short(rows[j]["name"]) in ("reshape", "view")):
+                        rows[j]["part"] = "loss"
+                        j -= 1
+        if 0 < k < len(runs):
+            pre = after if auto else post_end
+            pre_of[k] = (pre, emb if emb is not None else pre)
+        elif k == 0:
+            lnk0 = (i for i in range(g0, g1) if rows[i]["event_idx"] in linked)
+            first0 = (g0, g1, emb if emb is not None else next(lnk0, g1))
+            pre = g1
+        if k < len(runs):
+            for i in range(pre, g1):
+                rows[i]["fwd_mb"], rows[i]["part"] = k, "embedding"
+        # backward ops take their forward op's micro-batch; the autograd seed ops before them
+        # and AccumulateGrad (no link) the micro-batch of the next / previous backward op
+        cur = k - 1 if k > 0 else 0
+        mbs: dict[int, int] = {}
+        for i in auto:
+            f = rows[i].get("fwd_event_idx")
+            fr = rows[at[int(f)]] if f is not None and int(f) in at else None
+            if fr is not None and fr["fwd_mb"] is not None:
+                cur = int(fr["fwd_mb"])
+            mbs[i] = cur
+        nxt = None
+        for i in reversed(range(post_end, after)):
+            if i in mbs:
+                nxt = mbs[i]
+            if nxt is not None:
+                rows[i]["bwd_mb"] = nxt
+    g0, g1, pre = first0
+    if 1 in pre_of:
+        ref = [rows[i]["name"] for i in range(*pre_of[1])]
+        while pre > g0 and first0[2] - pre < len(ref):
+            if rows[pre - 1]["name"] != ref[len(ref) - (first0[2] - pre) - 1]:
+                break
+            pre -= 1
+    for i in range(pre, g1):
+        rows[i]["fwd_mb"], rows[i]["part"] = 0, "embedding"
+    return rows, how
+
+
 def template_from_rows(job: str, rows: list[dict[str, Any]]) -> Template:
     """Build the template from `template_tasks.sql` rows of one rank (all its steps)."""
     by_step: dict[int, list[dict[str, Any]]] = {}
@@ -272,6 +456,15 @@ def template_from_rows(job: str, rows: list[dict[str, Any]]) -> Template:
     step_ns = np.array([int(by_step[s][0]["step_ns"]) for s in steps], np.int64)
     med = steps[int(np.argsort(step_ns)[len(steps) // 2])]
     ref = by_step[med]
+    if not any(_is_bwd(r["name"]) or r["bwd_mb"] is not None for r in ref):
+        raise TemplateError(
+            f"{job}: the traced step has no backward operator (autograd::engine::evaluate_function"
+            " or backward_mb<m>): a forward-only (inference) trace; the estimator predicts "
+            "training steps (forward, backward, optimizer, gradient all-reduce) and cannot invent "
+            "backward durations"
+        )
+    if all(r["fwd_mb"] is None for r in ref):
+        ref, _how = _infer_labels(ref, job)
     cut = _cut_step(ref, job)
     idx = np.array(cut["i"], np.int64)
     sig = [r["name"] for r in ref]
