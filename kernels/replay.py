@@ -15,9 +15,20 @@ Rules
   ``max(start + dur, target end + rt_lat)``; while it waits its processor is blocked. An EVENT
   wait also ends no earlier than its RECORD task's start (a wait the graph matched to a record
   that the replay runs later waits for that record, so simulated time never runs backwards).
-* Launch-queue back-pressure (field notes §7): launches of a device are numbered in the order they
-  start. Launch ``k`` cannot complete before the GPU task of launch ``k - Q`` has started
-  (``Q = queue_depth``; 0 disables it): at most Q launched-but-not-started tasks are queued.
+* Launch-queue back-pressure (field notes §7): each device has a launch queue of ``Q =
+  queue_depth`` entries (0 disables it) holding its GPU tasks that are launched but not started
+  (a task is launched when its launch task completes; launch-less GPU tasks are not counted). A
+  launch whose end (by every other rule) comes at ``e`` completes at ``e`` if fewer than Q tasks of
+  its device are outstanding then; otherwise it is held, and held launches take the slots freed
+  by the device's GPU starts in the order they were held (by ``e``, then processor id): a held
+  launch ends at the start that freed its slot, and that start is its bound (`Crit.QUEUE`).
+  Equivalently, the launches of a device sorted by ``(e, processor)``: the k-th (from 0) ends at
+  ``max(e, start of the device's (k-Q)-th launched GPU task to start)``. Counting outstanding
+  tasks, not launch numbers, is what the hardware does: GPU tasks need not start in launch order
+  (an NCCL kernel waits on its stream while later launches on other streams run past it), and a
+  launch never waits for a task queued behind its own (stream order is the graph's, launches run
+  in simulated order). The decision is a heap event at ``e`` (processor state 4), so it sees every
+  GPU start and every other launch up to ``e``. A held launch is not enqueued on its stream.
 * Collectives: a participant arrives at its start; when the last participant arrives at ``T``,
   every participant ends at ``T + its dur``.
 * Ties: at equal start times, tasks that read the stream state (STREAM, DEVICE, RECORD) start after
@@ -28,7 +39,7 @@ Rules
 
 Outputs per task: ``start_ns``, ``end_ns``, ``crit_src``/``crit_kind`` (what bound the task's end:
 `Crit` code and the task responsible: the processor predecessor, the fixed predecessor, the
-runtime target, the back-pressure target whose start it waited for, or the last collective
+runtime target, the GPU task whose start freed its launch-queue slot, or the last collective
 arrival; following ``crit_src`` back from the last task gives the critical path), and ``rt_src``
 (the resolved runtime target of STREAM/DEVICE/EVENT tasks, the captured task of RECORD tasks).
 Per instance: makespan (latest end) and status.
@@ -41,8 +52,10 @@ takes a 2-D ``dur[config, task]``). Every instance runs the same single-instance
 Speed (see `bench/replay.py`): one compiled kernel serves serial and parallel calls; instances are
 split into one contiguous range per thread, each reusing its working memory, and that memory is
 kept from call to call (fresh pages cost a fault each on first touch). A task's working state is
-one 32-byte row, and plain CPU tasks skip the heap (`_replay_one`'s ``eager``); the heap itself is
-written out in the loop, as numba's inlined helpers taking arrays cost reference counting per call.
+one 32-byte row, and plain CPU tasks skip the heap (`_replay_one`'s ``eager``), as does any event
+that the heap would hand straight back (nothing else pending and its key below the heap's top:
+most launch-queue decisions, many GPU starts); the heap itself is written out in the loop, as
+numba's inlined helpers taking arrays cost reference counting per call.
 """
 
 from __future__ import annotations
@@ -72,16 +85,18 @@ class Crit(IntEnum):
     PROC = 1  # the previous task on its processor
     EDGE = 2  # a fixed predecessor (+ edge latency)
     RUNTIME = 3  # the runtime target of a sync / event wait
-    QUEUE = 4  # back-pressure: the start of the GPU task launched Q launches earlier
+    QUEUE = 4  # back-pressure: the GPU start that freed a slot in the full launch queue
     COLLECTIVE = 5  # the last participant of its collective to arrive
 
 
 C_NONE, C_PROC, C_EDGE, C_RUNTIME, C_QUEUE, C_COLL = 0, 1, 2, 3, 4, 5
 
 # A task's working row in `_replay_one`: start, end, crit_src and one word of bit fields (state in
-# bits 0-1, crit_kind in 2-4, "has waiters" in 5, remaining fixed predecessors from bit 8 on).
+# bits 0-1, crit_kind in 2-4, "has waiters" in 5, "launch's queue slot settled" in 6, remaining
+# fixed predecessors from bit 8 on).
 _TS_WIDTH = 4
 _WAITERS = 32
+_QDONE = 64  # a launch's queue slot is settled (its row holds its final end and bound)
 _REM_SHIFT = 8
 _REM_ONE = 1 << _REM_SHIFT
 # int64 working memory per task: its row, the stack, rt_src scratch, wait-list head and link
@@ -186,8 +201,10 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
     tasks and launches), and the heads it arms have keys after its own heap key (time start + dur
     > start), so the heap pops them in the same order it would have. GPU tasks and zero-length
     tasks stay in the heap: started early, they would reorder starts at exactly equal times
-    (hypothesis found such a case). ``eager=False`` runs every task through the heap: the
-    reference the tests compare against.
+    (hypothesis found such a case). With ``eager`` too, an event (a start, or a launch's queue
+    decision) is run at once, without a heap push and pop, when nothing else is on the stack or
+    armed and its (time, tie) key is below the heap's top: the pop would return it next anyway.
+    ``eager=False`` runs every event through the heap: the reference the tests compare against.
     """
     n = proc.shape[0]
     n_procs = proc_dev.shape[0]
@@ -203,7 +220,8 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
     sp = 0  # stack: started tasks to (re)evaluate; each is in it at most once
 
     cursor = np.empty(n_procs, np.int64)
-    pstate = np.zeros(n_procs, np.int8)  # 0 head not ready, 1 in heap, 2 busy, 3 finished
+    # 0 head not ready, 1 head in heap, 2 busy, 3 finished, 4 launch's queue decision in heap
+    pstate = np.zeros(n_procs, np.int8)
     proc_free = np.zeros(n_procs, np.int64)
     proc_last = np.full(n_procs, -1, np.int64)
     key_t = np.zeros(n_procs, np.int64)
@@ -211,7 +229,6 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
     heap = np.empty(n_procs, np.int64)
     hsize = 0
     enq = np.empty(n_procs, np.int64)
-    blk = np.full(n_procs, -1, np.int64)  # back-pressure target of the processor's launch
 
     # streams of each device, and per processor one slot per stream for a blocked device sync
     ds_ptr = np.zeros(n_dev + 1, np.int64)
@@ -236,9 +253,12 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
             break
     dev_tgt = np.full(n_procs * max_s if has_dev_sync else 0, -1, np.int64)
 
+    # launch queue per device: tasks launched (launch done) but not started, and the FIFO of
+    # launches held because it was full (linked through wait_next)
     q_depth = queue_depth if queue_depth > 0 else 0
-    ring = np.full(n_dev * q_depth, -1, np.int64)
-    nlaunch = np.zeros(n_dev, np.int64)
+    n_out = np.zeros(n_dev, np.int64)
+    q_head = np.full(n_dev, -1, np.int64)
+    q_tail = np.full(n_dev, -1, np.int64)
 
     n_coll = coll_size.shape[0]
     coll_arrived = np.zeros(n_coll, np.int64)
@@ -276,38 +296,16 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
             cs = ts[w * _TS_WIDTH + 2]
             ck = (ts[w * _TS_WIDTH + 3] >> 2) & 7
             if flags[w] != 0:
-                if launch_dst[w] >= 0 and blk[p] >= 0:
-                    old = blk[p]
-                    if (ts[old * _TS_WIDTH + 3] & 3) == 0:
-                        wait_next[w] = wait_head[old] if ts[old * _TS_WIDTH + 3] & _WAITERS else -1
-                        wait_head[old] = w
-                        ts[old * _TS_WIDTH + 3] |= _WAITERS
-                        continue
-                    if ts[old * _TS_WIDTH + 0] > e:
-                        e = ts[old * _TS_WIDTH + 0]
-                        cs = old
-                        ck = C_QUEUE
-                m = rt_mode[w]
-                if m == _RT_STREAM:
-                    g = rt_src[w]
-                    if g >= 0:
-                        if (ts[g * _TS_WIDTH + 3] & 3) != 2:
-                            wait_next[w] = wait_head[g] if ts[g * _TS_WIDTH + 3] & _WAITERS else -1
-                            wait_head[g] = w
-                            ts[g * _TS_WIDTH + 3] |= _WAITERS
-                            continue
-                        v = ts[g * _TS_WIDTH + 1] + rt_lat[w]
-                        if v > e:
-                            e = v
-                            cs = g
-                            ck = C_RUNTIME
-                elif m == _RT_DEVICE:
-                    d = rt_arg[w]
-                    best = -1
-                    best_v = -1
-                    blocked = False
-                    for k in range(ds_ptr[d + 1] - ds_ptr[d]):
-                        g = dev_tgt[p * max_s + k]
+                lq = q_depth > 0 and launch_dst[w] >= 0
+                if lq and ts[w * _TS_WIDTH + 3] & _QDONE:
+                    # a launch whose queue slot was settled: its end and bound are in its row
+                    e = ts[w * _TS_WIDTH + 1]
+                    cs = ts[w * _TS_WIDTH + 2]
+                    ck = (ts[w * _TS_WIDTH + 3] >> 2) & 7
+                else:
+                    m = rt_mode[w]
+                    if m == _RT_STREAM:
+                        g = rt_src[w]
                         if g >= 0:
                             if (ts[g * _TS_WIDTH + 3] & 3) != 2:
                                 wait_next[w] = (
@@ -315,54 +313,102 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
                                 )
                                 wait_head[g] = w
                                 ts[g * _TS_WIDTH + 3] |= _WAITERS
-                                blocked = True
-                                break
+                                continue
                             v = ts[g * _TS_WIDTH + 1] + rt_lat[w]
-                            if v > best_v:
-                                best_v = v
-                                best = g
-                    if blocked:
-                        continue
-                    rt_src[w] = best
-                    if best_v > e:
-                        e = best_v
-                        cs = best
-                        ck = C_RUNTIME
-                elif m == _RT_EVENT:
-                    r = rt_arg[w]
-                    if (ts[r * _TS_WIDTH + 3] & 3) == 0:
-                        wait_next[w] = wait_head[r] if ts[r * _TS_WIDTH + 3] & _WAITERS else -1
-                        wait_head[r] = w
-                        ts[r * _TS_WIDTH + 3] |= _WAITERS
-                        continue
-                    if (
-                        ts[r * _TS_WIDTH + 0] > e
-                    ):  # matched to a record that came later: wait for it
-                        e = ts[r * _TS_WIDTH + 0]
-                        cs = r
-                        ck = C_RUNTIME
-                    g = rt_src[r]
-                    rt_src[w] = g
-                    if g >= 0:
-                        if (ts[g * _TS_WIDTH + 3] & 3) != 2:
-                            wait_next[w] = wait_head[g] if ts[g * _TS_WIDTH + 3] & _WAITERS else -1
-                            wait_head[g] = w
-                            ts[g * _TS_WIDTH + 3] |= _WAITERS
+                            if v > e:
+                                e = v
+                                cs = g
+                                ck = C_RUNTIME
+                    elif m == _RT_DEVICE:
+                        d = rt_arg[w]
+                        best = -1
+                        best_v = -1
+                        blocked = False
+                        for k in range(ds_ptr[d + 1] - ds_ptr[d]):
+                            g = dev_tgt[p * max_s + k]
+                            if g >= 0:
+                                if (ts[g * _TS_WIDTH + 3] & 3) != 2:
+                                    wait_next[w] = (
+                                        wait_head[g] if ts[g * _TS_WIDTH + 3] & _WAITERS else -1
+                                    )
+                                    wait_head[g] = w
+                                    ts[g * _TS_WIDTH + 3] |= _WAITERS
+                                    blocked = True
+                                    break
+                                v = ts[g * _TS_WIDTH + 1] + rt_lat[w]
+                                if v > best_v:
+                                    best_v = v
+                                    best = g
+                        if blocked:
                             continue
-                        v = ts[g * _TS_WIDTH + 1] + rt_lat[w]
+                        rt_src[w] = best
+                        if best_v > e:
+                            e = best_v
+                            cs = best
+                            ck = C_RUNTIME
+                    elif m == _RT_EVENT:
+                        r = rt_arg[w]
+                        if (ts[r * _TS_WIDTH + 3] & 3) == 0:
+                            wait_next[w] = wait_head[r] if ts[r * _TS_WIDTH + 3] & _WAITERS else -1
+                            wait_head[r] = w
+                            ts[r * _TS_WIDTH + 3] |= _WAITERS
+                            continue
+                        if (
+                            ts[r * _TS_WIDTH + 0] > e
+                        ):  # matched to a record that came later: wait for it
+                            e = ts[r * _TS_WIDTH + 0]
+                            cs = r
+                            ck = C_RUNTIME
+                        g = rt_src[r]
+                        rt_src[w] = g
+                        if g >= 0:
+                            if (ts[g * _TS_WIDTH + 3] & 3) != 2:
+                                wait_next[w] = (
+                                    wait_head[g] if ts[g * _TS_WIDTH + 3] & _WAITERS else -1
+                                )
+                                wait_head[g] = w
+                                ts[g * _TS_WIDTH + 3] |= _WAITERS
+                                continue
+                            v = ts[g * _TS_WIDTH + 1] + rt_lat[w]
+                            if v > e:
+                                e = v
+                                cs = g
+                                ck = C_RUNTIME
+                    c = coll[w]
+                    if c >= 0:
+                        if coll_time[c] < 0:
+                            continue  # parked in the collective's list until the last arrival
+                        v = coll_time[c] + dur[w]
                         if v > e:
                             e = v
-                            cs = g
-                            ck = C_RUNTIME
-                c = coll[w]
-                if c >= 0:
-                    if coll_time[c] < 0:
-                        continue  # parked in the collective's list until the last arrival
-                    v = coll_time[c] + dur[w]
-                    if v > e:
-                        e = v
-                        cs = coll_last[c]
-                        ck = C_COLL
+                            cs = coll_last[c]
+                            ck = C_COLL
+
+                    if lq:
+                        # its end is known; whether the queue holds it is decided at that time,
+                        # in time order with the device's GPU starts (a heap event, pstate 4).
+                        # If that event would be the very next one (nothing on the stack or
+                        # armed, the heap's top later), decide it here: the same result.
+                        o = heap[0]
+                        if (
+                            eager
+                            and sp == 0
+                            and na == 0
+                            and (hsize == 0 or e < key_t[o] or (e == key_t[o] and p < key_b[o]))
+                        ):
+                            d = proc_dev[proc[launch_dst[w]]]
+                            if n_out[d] < q_depth:
+                                n_out[d] += 1
+                                lq = False
+                    if lq:
+                        ts[w * _TS_WIDTH + 1] = e
+                        ts[w * _TS_WIDTH + 2] = cs
+                        ts[w * _TS_WIDTH + 3] = (ts[w * _TS_WIDTH + 3] & ~28) | (ck << 2)
+                        key_t[p] = e
+                        pstate[p] = 4
+                        armed[na] = p
+                        na += 1
+                        continue
 
             ts[w * _TS_WIDTH + 1] = e
             ts[w * _TS_WIDTH + 2] = cs
@@ -419,22 +465,30 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
             if not (eager and flags[h] == 0 and proc_dev[p] < 0 and dur[h] > 0):
                 # into the heap, keyed (time, tie) with ties: readers of stream state last
                 m = rt_mode[h]
-                late = m == _RT_STREAM or m == _RT_DEVICE or m == _RT_RECORD
+                late = pstate[p] != 4 and (m == _RT_STREAM or m == _RT_DEVICE or m == _RT_RECORD)
                 key_b[p] = n_procs + p if late else p
                 kt = key_t[p]
                 kb = key_b[p]
-                i = hsize
-                while i > 0:
-                    parent = (i - 1) >> 1
-                    o = heap[parent]
-                    if kt < key_t[o] or (kt == key_t[o] and kb < key_b[o]):
-                        heap[i] = o
-                        i = parent
-                    else:
-                        break
-                heap[i] = p
-                hsize += 1
-                continue
+                o = heap[0]
+                if not (
+                    eager
+                    and na == 0
+                    and (hsize == 0 or kt < key_t[o] or (kt == key_t[o] and kb < key_b[o]))
+                ):
+                    i = hsize
+                    while i > 0:
+                        parent = (i - 1) >> 1
+                        o = heap[parent]
+                        if kt < key_t[o] or (kt == key_t[o] and kb < key_b[o]):
+                            heap[i] = o
+                            i = parent
+                        else:
+                            break
+                    heap[i] = p
+                    hsize += 1
+                    continue
+                # else: nothing else is pending and p's key is below the heap's top, so the heap
+                # would hand p straight back: run its event now
         elif hsize == 0:
             break
         else:
@@ -464,6 +518,24 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
                         break
                 heap[i] = last
             h = proc_list[cursor[p]]
+        if pstate[p] == 4:
+            # launch h reaches its end: it takes a queue slot, or waits in the device's FIFO
+            # for a GPU start to free one
+            pstate[p] = 2
+            d = proc_dev[proc[launch_dst[h]]]
+            if n_out[d] < q_depth:
+                n_out[d] += 1
+                ts[h * _TS_WIDTH + 3] |= _QDONE
+                stack[sp] = h
+                sp += 1
+            else:
+                wait_next[h] = -1
+                if q_tail[d] >= 0:
+                    wait_next[q_tail[d]] = h
+                else:
+                    q_head[d] = h
+                q_tail[d] = h
+            continue
 
         # Start h on p at key_t[p]: settle what bound its start, wake what waited for its start.
         t = key_t[p]
@@ -484,14 +556,24 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
                 stack[sp] = x
                 sp += 1
                 x = wait_next[x]
+        if q_depth > 0 and launch_src[h] >= 0:
+            # a launched GPU task leaves its device's queue: the first held launch takes its slot
+            d = proc_dev[p]
+            a = q_head[d]
+            if a >= 0:
+                q_head[d] = wait_next[a]
+                if q_head[d] < 0:
+                    q_tail[d] = -1
+                if t > ts[a * _TS_WIDTH + 1]:
+                    ts[a * _TS_WIDTH + 1] = t
+                    ts[a * _TS_WIDTH + 2] = h
+                    ts[a * _TS_WIDTH + 3] = (ts[a * _TS_WIDTH + 3] & ~28) | (C_QUEUE << 2)
+                ts[a * _TS_WIDTH + 3] |= _QDONE
+                stack[sp] = a
+                sp += 1
+            else:
+                n_out[d] -= 1
         if flags[h] != 0:
-            g = launch_dst[h]
-            if g >= 0 and q_depth > 0:
-                d = proc_dev[proc[g]]
-                slot = d * q_depth + nlaunch[d] % q_depth
-                blk[p] = ring[slot]
-                ring[slot] = g
-                nlaunch[d] += 1
             m = rt_mode[h]
             if m == _RT_STREAM or m == _RT_RECORD:
                 rt_src[h] = _scan_stream(rt_arg[h], t, enq, proc_ptr, proc_list, launch_src, ts)
@@ -523,7 +605,8 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
     if keep:
         for i in range(n):
             start[i] = ts[i * _TS_WIDTH + 0]
-            end[i] = ts[i * _TS_WIDTH + 1]
+            # a launch held by the queue has its end in its row but is not done
+            end[i] = ts[i * _TS_WIDTH + 1] if (ts[i * _TS_WIDTH + 3] & 3) == 2 else -1
             crit_src[i] = ts[i * _TS_WIDTH + 2]
             crit_kind[i] = (ts[i * _TS_WIDTH + 3] >> 2) & 7
     status = STATUS_OK if done == n else STATUS_DEADLOCK

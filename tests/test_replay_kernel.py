@@ -178,13 +178,79 @@ def _launches(n: int) -> ReplayGraph:
 def test_launch_queue_back_pressure() -> None:
     g = _launches(5)
     s = replay(g, queue_depth=2)
-    # L3 must wait until K1 (launched 2 earlier) starts at 11; L4 until K2 starts at 21.
+    # K0 starts at 1 as L0 ends; L1 (1..2) and L2 (2..3) fill the queue with K1, K2 (the stream
+    # runs K0 until 11); L3 reaches its end at 4 with 2 outstanding and is held until K1 starts at
+    # 11; L4 (11..12) finds K2, K3 outstanding and is held until K2 starts at 21.
     assert s.start_ns.tolist() == [0, 1, 2, 3, 11, 1, 11, 21, 31, 41]
     assert s.end_ns.tolist() == [1, 2, 3, 11, 21, 11, 21, 31, 41, 51]
     assert s.crit_kind[3] == Crit.QUEUE and s.crit_src[3] == 6
     free = replay(g, queue_depth=0)
     assert free.end_ns.tolist()[:5] == [1, 2, 3, 4, 5]
     assert free.makespan_ns == s.makespan_ns == 51
+
+
+def test_launch_queue_counts_outstanding_tasks_not_launch_order() -> None:
+    # device 0 with streams A and B; X on A also waits for a 100 ns CPU op (an NCCL kernel
+    # waiting for its peers); L1..L4 launch K1..K4 on B. Queue depth 2.
+    tasks = [{"p": 0, "d": 1, "kind": K.LAUNCH} for _ in range(5)]  # 0..4: L0..L4
+    tasks.append({"p": 1, "d": 100})  # 5: C, 0..100
+    tasks.append({"p": 2, "d": 5, "launch": 0})  # 6: X on A
+    tasks += [{"p": 3, "d": 10, "launch": i} for i in range(1, 5)]  # 7..10: K1..K4 on B
+    edges = [(0, 6, 0), (5, 6, 0)] + [(i, 6 + i, 0) for i in range(1, 5)]
+    g = build(tasks, [-1, -1, 0, 0], edges=edges)
+    s = replay(g, queue_depth=2)
+    # L0 ends at 1 (X outstanding); L1 at 2 (K1 starts at once); L2 at 3 (X, K2 outstanding: full).
+    # L3 reaches its end at 4, held until K2 starts at 12; L4 (12..13) held until K3 starts at 22.
+    # The launch-order rule would have held L2 until X started at 100.
+    assert s.start_ns.tolist() == [0, 1, 2, 3, 12, 0, 100, 2, 12, 22, 32]
+    assert s.end_ns.tolist() == [1, 2, 3, 12, 22, 100, 105, 12, 22, 32, 42]
+    assert s.crit_kind[3] == s.crit_kind[4] == Crit.QUEUE
+    assert s.crit_src[3] == 8 and s.crit_src[4] == 9
+    assert s.crit_kind[2] == Crit.PROC
+
+
+def test_held_launches_take_freed_slots_in_order() -> None:
+    # depth 1, one stream, three threads: Lb fills the queue with Kb (the stream runs Ka 1..11);
+    # Lc reaches its end at 5 and Ld at 6: both held. Kb's start at 11 frees the slot for Lc
+    # (held first), Kc's start at 21 frees it for Ld.
+    tasks = [
+        {"p": 0, "d": 1, "kind": K.LAUNCH},  # 0 La: 0..1
+        {"p": 0, "d": 3},  # 1 C0: 1..4
+        {"p": 0, "d": 1, "kind": K.LAUNCH},  # 2 Lc: 4..5, held to 11
+        {"p": 1, "d": 2},  # 3 C1: 0..2
+        {"p": 1, "d": 1, "kind": K.LAUNCH},  # 4 Lb: 2..3
+        {"p": 2, "d": 1, "delay": 5, "kind": K.LAUNCH},  # 5 Ld: 5..6, held to 21
+    ]
+    tasks += [{"p": 3, "d": 10, "launch": i} for i in (0, 4, 2, 5)]  # 6..9: Ka, Kb, Kc, Kd
+    g = build(tasks, [-1, -1, -1, 0], edges=[(0, 6, 0), (4, 7, 0), (2, 8, 0), (5, 9, 0)])
+    s = replay(g, queue_depth=1)
+    assert s.start_ns.tolist() == [0, 1, 4, 0, 2, 5, 1, 11, 21, 31]
+    assert s.end_ns.tolist() == [1, 4, 11, 2, 3, 21, 11, 21, 31, 41]
+    assert (s.crit_src[2], s.crit_src[5]) == (7, 8)
+    assert s.crit_kind[2] == s.crit_kind[5] == Crit.QUEUE
+
+
+def test_launch_queue_does_not_wait_behind_its_own_task() -> None:
+    # thread 1 launches Kb on stream S (queued behind Ka in stream order) and Kt on stream T
+    # before thread 0 launches Ka. Numbered in simulated order with Q = 2, La would wait for the
+    # start of Kb, which waits for Ka: a deadlock. Only Kb is outstanding when La ends.
+    tasks = [
+        {"p": 0, "d": 3},  # 0 C0: 0..3
+        {"p": 0, "d": 1, "kind": K.LAUNCH},  # 1 La: 3..4
+        {"p": 1, "d": 1, "kind": K.LAUNCH},  # 2 Lb: 0..1
+        {"p": 1, "d": 1, "kind": K.LAUNCH},  # 3 Lt: 1..2
+        {"p": 2, "d": 10, "launch": 1},  # 4 Ka on S: 4..14
+        {"p": 2, "d": 10, "launch": 2},  # 5 Kb on S: 14..24
+        {"p": 3, "d": 10, "launch": 3},  # 6 Kt on T: 2..12
+    ]
+    g = build(tasks, [-1, -1, 0, 0], edges=[(1, 4, 0), (2, 5, 0), (3, 6, 0)])
+    s = replay(g, queue_depth=2)
+    assert s.start_ns.tolist() == [0, 3, 0, 1, 4, 14, 2]
+    assert s.end_ns.tolist() == [3, 4, 1, 2, 14, 24, 12]
+    assert Crit.QUEUE not in s.crit_kind.tolist()
+    # depth 1: Kb fills the queue and never starts before Ka, whose launch is held: a deadlock
+    with pytest.raises(ReplayError):
+        replay(g, queue_depth=1)
 
 
 def _ranks(arrive: list[int], transfer: list[int]) -> ReplayGraph:
@@ -400,18 +466,35 @@ def check_schedule(g: ReplayGraph, s, q: int) -> None:  # noqa: ANN001
         arrive = start[members].max()
         expect_end[members] = arrive + g.dur_ns[members]
     if q > 0:
+        # launch queue: sorted by natural end e (the end by every other rule), the k-th launch of
+        # a device ends at max(e, the (k-q)-th start of its launched GPU tasks). Launches with the
+        # same e take their places in processing order (a zero-length launch may only exist once
+        # another has completed), so each such group must get that group's ends in some order.
         for d in range(g.n_devices):
             launches = [
                 i
                 for i in range(n)
                 if g.launch_dst[i] >= 0 and g.proc_device[g.proc[g.launch_dst[i]]] == d
             ]
-            launches.sort(key=lambda i: (start[i], g.proc[i], i))
-            for k in range(q, len(launches)):
-                old = g.launch_dst[launches[k - q]]
-                w = launches[k]
-                assert end[w] >= start[old], "back-pressure ignored"
-                expect_end[w] = max(expect_end[w], start[old])
+            natural = {w: int(expect_end[w]) for w in launches}
+            launches.sort(key=lambda w: natural[w])
+            starts = np.sort(start[g.launch_dst[launches]]) if launches else start[:0]
+            want: dict[int, list[int]] = {}
+            for k, w in enumerate(launches):
+                v = max(natural[w], int(starts[k - q])) if k >= q else natural[w]
+                want.setdefault(natural[w], []).append(v)
+            for e, ends in want.items():
+                group = [w for w in launches if natural[w] == e]
+                assert sorted(end[group].tolist()) == sorted(ends), "launch queue rule"
+            for w in launches:
+                expect_end[w] = end[w]
+                queued = (end[launches] <= end[w]).sum() - (starts <= end[w]).sum()
+                assert queued <= q, "launch queue over its depth"
+                if end[w] > natural[w]:
+                    src = s.crit_src[w]
+                    assert s.crit_kind[w] == Crit.QUEUE, "held launch not bound by the queue"
+                    assert start[src] == end[w] and g.launch_src[src] >= 0, "wrong queue bound"
+                    assert g.proc_device[g.proc[src]] == d, "queue bound on another device"
     assert (end == expect_end).all(), "end differs from the rules"
     assert s.makespan_ns == (end.max() if n else 0)
 
