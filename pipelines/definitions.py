@@ -11,14 +11,15 @@ import dagster as dg
 from pipelines.assets.catalog import warehouse_catalog
 from pipelines.assets.ingest import trace_events
 from pipelines.assets.replay import job_replay
+from pipelines.assets.sweeps import grid_sweeps
 from pipelines.checks import trace_events_checks
 from pipelines.checks_replay import replay_accuracy
-from pipelines.jobs import ingest_job
+from pipelines.jobs import ingest_job, sweep_job
 from pipelines.resources import WarehouseResource
 from pipelines.schedules import nightly_ingest
 from pipelines.sensors import inbox_sensor
 
-ASSETS = [trace_events, job_replay, warehouse_catalog]
+ASSETS = [trace_events, job_replay, warehouse_catalog, grid_sweeps]
 ASSET_CHECKS = [trace_events_checks, replay_accuracy]
 
 
@@ -27,7 +28,7 @@ def build_definitions(resource: WarehouseResource | None = None) -> dg.Definitio
     return dg.Definitions(
         assets=ASSETS,
         asset_checks=ASSET_CHECKS,
-        jobs=[ingest_job],
+        jobs=[ingest_job, sweep_job],
         sensors=[inbox_sensor],
         schedules=[nightly_ingest],
         resources={"lumos": resource or WarehouseResource.from_env()},

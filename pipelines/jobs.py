@@ -1,4 +1,5 @@
-"""`ingest_job`: ingest one job partition and rebuild the catalog, in one run.
+"""`ingest_job`: ingest one job partition and rebuild the catalog, in one run; `sweep_job`: run the
+sweeps of the grids folder into the `estimates` table.
 
 The in-process executor: both steps are small and sequential (the catalog waits for the ingest),
 so a subprocess per step would only add start-up cost; the parallelism is the process pool inside
@@ -12,6 +13,7 @@ import dagster as dg
 from pipelines.assets.catalog import warehouse_catalog
 from pipelines.assets.ingest import trace_events
 from pipelines.assets.replay import job_replay
+from pipelines.assets.sweeps import grid_sweeps
 
 ingest_job = dg.define_asset_job(
     name="ingest_job",
@@ -19,4 +21,12 @@ ingest_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
     description="Ingest one training job's traces (a `trace_jobs` partition), check them, replay "
     "and explain its iterations, and rebuild the DuckDB catalog.",
+)
+
+sweep_job = dg.define_asset_job(
+    name="sweep_job",
+    selection=dg.AssetSelection.assets(grid_sweeps),
+    executor_def=dg.in_process_executor,
+    description="Sweep every grid file `<job>.yaml` of the grids folder (`LUMOS_GRIDS`) for its "
+    "job into the `estimates` table.",
 )

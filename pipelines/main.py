@@ -7,7 +7,10 @@ Steps, in order (later issues append replay and estimation steps to `STEPS`):
 3. `ingest`     one `ingest_job` run per job: ingest its ranks, check them, replay and explain
                 its iterations, rebuild the catalog;
 4. `show`       what the warehouse holds, queried through `lumos.api.Warehouse`;
-5. `replay`     replayed vs measured iteration times per job, rank and metric.
+5. `replay`     replayed vs measured iteration times per job, rank and metric;
+6. `sweep`      each bundled grid file (`examples/grids/<job>.yaml`) whose job was ingested, swept
+                through the functions `lumos sweep` uses into the `estimates` table; prints the
+                fastest configurations with their intervals, memory and fit.
 
 Re-running is cheap: every file is already in the warehouse (same content hash), so the ingest
 steps skip them. The runs appear in `dagster dev` started with the same `DAGSTER_HOME`.
@@ -27,6 +30,8 @@ from typing import TextIO
 ROOT = Path(__file__).resolve().parent.parent
 DAGSTER_YAML = ROOT / "dagster.yaml"
 EXAMPLES = ROOT / "examples" / "traces"
+GRIDS = ROOT / "examples" / "grids"
+TOP = 5  # configurations printed per sweep
 
 # Dagster's own per-event log lines would drown the summary; warnings and errors still show.
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -53,6 +58,7 @@ class MainContext:
     warehouse: Path
     inbox: Path
     out: TextIO
+    grids: Path = GRIDS
     instance: object = None  # dagster.DagsterInstance, imported lazily
     jobs: dict[str, list[Path]] = field(default_factory=dict)
     outcomes: list[JobOutcome] = field(default_factory=list)
@@ -176,12 +182,37 @@ def step_replay(ctx: MainContext) -> None:
         ctx.say(ctx.tables["replay"].to_string(index=False))
 
 
+def step_sweep(ctx: MainContext) -> None:
+    """Sweeps of the bundled grid files into the `estimates` table, fastest first."""
+    import pandas as pd
+
+    from pipelines.sweep_grids import grid_files, job_of, sweep_grid_file
+
+    files = [p for p in grid_files(ctx.grids) if job_of(p) in ctx.jobs]
+    if not files:
+        ctx.say(f"no grid file of {ctx.grids} names an ingested job: nothing to sweep")
+        return
+    rows = []
+    for path in files:
+        sweep = sweep_grid_file(ctx.warehouse, path)
+        rows.append(sweep.rows)
+        ctx.say(
+            f"{path.name}: job {sweep.job!r}, sweep {sweep.sweep_id}: {sweep.n_points} grid points, "
+            f"{sweep.n_constrained} removed by constraints, {sweep.n_invalid} invalid, "
+            f"{len(sweep.rows)} estimated in {sweep.seconds:.2f} s; the {TOP} fastest:"
+        )
+        with pd.option_context("display.width", 140, "display.max_columns", 20):
+            ctx.say(sweep.best(TOP).to_string(index=False))
+    ctx.tables["sweep"] = pd.concat(rows, ignore_index=True)
+
+
 STEPS: list[tuple[str, Callable[[MainContext], None]]] = [
     ("instance", step_instance),
     ("register", step_register),
     ("ingest", step_ingest),
     ("show", step_show),
     ("replay", step_replay),
+    ("sweep", step_sweep),
 ]
 
 
@@ -190,6 +221,7 @@ def run_main(
     dagster_home: Path,
     warehouse: Path,
     inbox: Path = EXAMPLES,
+    grids: Path = GRIDS,
     out: TextIO = sys.stdout,
 ) -> MainContext:
     """Run every step in order; returns the context (outcomes, tables, timings) for callers."""
@@ -198,6 +230,7 @@ def run_main(
         warehouse=Path(warehouse).resolve(),
         inbox=Path(inbox).resolve(),
         out=out,
+        grids=Path(grids).resolve(),
     )
     started = time.perf_counter()
     try:
@@ -217,14 +250,22 @@ def run_main(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.main",
-        description="Ingest the bundled example traces through the Dagster pipeline and show "
-        "what the warehouse holds.",
+        description="Ingest the bundled example traces through the Dagster pipeline, show "
+        "what the warehouse holds, replay it and sweep the bundled grids.",
     )
     parser.add_argument("--dagster-home", type=Path, default=Path(".dagster_home"))
     parser.add_argument("--warehouse", type=Path, default=Path("lumos_warehouse"))
     parser.add_argument("--inbox", type=Path, default=EXAMPLES, help="default: examples/traces")
+    parser.add_argument(
+        "--grids", type=Path, default=GRIDS, help="sweep grid files <job>.yaml (examples/grids)"
+    )
     args = parser.parse_args(argv)
-    run_main(dagster_home=args.dagster_home, warehouse=args.warehouse, inbox=args.inbox)
+    run_main(
+        dagster_home=args.dagster_home,
+        warehouse=args.warehouse,
+        inbox=args.inbox,
+        grids=args.grids,
+    )
     return 0
 
 

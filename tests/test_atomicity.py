@@ -106,7 +106,8 @@ def test_second_ingest_writes_nothing(examples: Path, warehouse_dir: Path) -> No
     time.sleep(0.05)  # a rewrite would show in the mtimes
     second = run("ingest", str(examples), "--warehouse", str(warehouse_dir))
     assert second.returncode == 0, second.stderr
-    assert "9 unchanged" in second.stdout and "0 ingested" in second.stdout
+    # 8 dlrm_8rank ranks + nccl_a100 + gpt_cpu (examples/traces/README.md)
+    assert "10 unchanged" in second.stdout and "0 ingested" in second.stdout
     assert snapshot(warehouse_dir) == before
 
 
@@ -115,9 +116,10 @@ def test_two_processes_ingesting_the_same_directory(examples: Path, warehouse_di
     results = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], results
     rows = manifest_rows(warehouse_dir)
-    assert len(rows) == 9  # one row per trace: the loser of each race wrote nothing
-    assert sorted(Counter((r["job"], r["rank"]) for r in rows).values()) == [1] * 9
-    assert assert_consistent(warehouse_dir) == 9
+    # one row per trace (8 dlrm_8rank + nccl_a100 + gpt_cpu): the loser of each race wrote nothing
+    assert len(rows) == 10
+    assert sorted(Counter((r["job"], r["rank"]) for r in rows).values()) == [1] * 10
+    assert assert_consistent(warehouse_dir) == 10
     assert_clean(warehouse_dir)
     # the events of each file match an independent count
     for f in (examples / "dlrm_8rank").glob("*.json.gz"):

@@ -1,16 +1,18 @@
 """The Dagster wiring on a real instance and real traces: definitions load (in a subprocess, as
 `dagster dev` would), the ingestion asset and its checks materialise, a refused file fails a check
-visibly, the sensor registers new jobs once, the schedule requests what is missing, and the main
-job runs end to end.
+visibly, the sensor registers new jobs once, the schedule requests what is missing, the sweep asset
+runs a folder of grid files, and the main job runs end to end (with its sweep).
 
 Expected values come from the bundled traces' README (dlrm_8rank: 8 files, ranks 0-7; nccl_a100:
-rank 0 of a 2-rank job) and from counting `traceEvents` with the standard `json` module.
+rank 0 of a 2-rank job; gpt_cpu: one rank of this project's trainer), from counting `traceEvents`
+with the standard `json` module, and from enumerating the grid files' points in the test.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
 import os
 import shutil
@@ -21,10 +23,13 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
+from lumos.api import Warehouse
 from pipelines.assets.catalog import warehouse_catalog
 from pipelines.assets.ingest import TraceEventsConfig, job_files, trace_events
 from pipelines.assets.replay import job_replay
+from pipelines.assets.sweeps import grid_sweeps
 from pipelines.checks import trace_events_checks
 from pipelines.checks_replay import replay_accuracy
 from pipelines.definitions import defs
@@ -32,6 +37,7 @@ from pipelines.partitions import TRACE_JOBS
 from pipelines.resources import WarehouseResource
 from pipelines.schedules import nightly_ingest
 from pipelines.sensors import inbox_sensor
+from warehouse.ingest import ingest
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = [trace_events, trace_events_checks, warehouse_catalog]
@@ -83,6 +89,7 @@ def test_definitions_load_with_the_dagster_cli(tmp_path: Path) -> None:
         "trace_events",
         "job_replay",
         "warehouse_catalog",
+        "grid_sweeps",
     }
     assert {c.name for c in graph.asset_check_keys} == {
         "ranks_complete",
@@ -92,6 +99,10 @@ def test_definitions_load_with_the_dagster_cli(tmp_path: Path) -> None:
     }
     assert warehouse_catalog.op.pool == "catalog"
     assert defs.resolve_sensor_def("inbox_sensor").job_name == "ingest_job"
+    sweep_job = defs.resolve_job_def("sweep_job")
+    assert {k.to_user_string() for k in sweep_job.asset_layer.selected_asset_keys} == {
+        "grid_sweeps"
+    }
     assert defs.resolve_schedule_def("nightly_ingest").cron_schedule == "0 2 * * *"
 
 
@@ -178,8 +189,9 @@ def test_inbox_sensor_registers_new_jobs_once(inbox: Path, tmp_path: Path) -> No
             return data
 
         first = tick(None)
-        assert sorted(r.partition_key for r in first.run_requests) == ["dlrm_8rank", "nccl_a100"]
-        assert sorted(instance.get_dynamic_partitions(TRACE_JOBS)) == ["dlrm_8rank", "nccl_a100"]
+        bundled = ["dlrm_8rank", "gpt_cpu", "nccl_a100"]
+        assert sorted(r.partition_key for r in first.run_requests) == bundled
+        assert sorted(instance.get_dynamic_partitions(TRACE_JOBS)) == bundled
 
         second = tick(first.cursor)
         assert not second.run_requests
@@ -242,13 +254,15 @@ def test_main_job_end_to_end_then_a_fast_no_op(tmp_path: Path, inbox: Path) -> N
     }
     out = io.StringIO()
     first = run_main(**paths, out=out)
-    assert [o.job for o in first.outcomes] == ["dlrm_8rank", "nccl_a100"]
+    assert [o.job for o in first.outcomes] == ["dlrm_8rank", "gpt_cpu", "nccl_a100"]
     assert all(o.success for o in first.outcomes)
     jobs = first.tables["jobs"].set_index("job")
     assert jobs.loc["dlrm_8rank", "ranks"] == 8
     assert jobs.loc["nccl_a100", "ranks"] == 1
+    assert jobs.loc["gpt_cpu", "ranks"] == 1
     expected = {
         "dlrm_8rank": sum(_count_events(f) for f in (inbox / "dlrm_8rank").iterdir()),
+        "gpt_cpu": _count_events(inbox / "gpt_cpu" / "rank-0.pt.trace.json.gz"),
         "nccl_a100": _count_events(inbox / "nccl_a100" / "nccl_data.json.gz"),
     }
     assert jobs["events"].to_dict() == expected
@@ -258,9 +272,9 @@ def test_main_job_end_to_end_then_a_fast_no_op(tmp_path: Path, inbox: Path) -> N
 
     # the runs and partitions are in the persistent instance that `dagster dev` would show
     instance = dg.DagsterInstance.from_config(str(paths["dagster_home"]))
-    assert sorted(instance.get_dynamic_partitions(TRACE_JOBS)) == ["dlrm_8rank", "nccl_a100"]
-    assert len(instance.get_runs()) == 2
-    assert instance.get_materialized_partitions(trace_events.key) == {"dlrm_8rank", "nccl_a100"}
+    assert sorted(instance.get_dynamic_partitions(TRACE_JOBS)) == sorted(expected)
+    assert len(instance.get_runs()) == 3
+    assert instance.get_materialized_partitions(trace_events.key) == set(expected)
 
     # the replay step: every rank and metric of each job, model error against the trace's own
     # measurement (DLRM: one CPU step and one GPU span per rank, README of the bundled traces)
@@ -270,6 +284,34 @@ def test_main_job_end_to_end_then_a_fast_no_op(tmp_path: Path, inbox: Path) -> N
     assert set(dlrm["metric"]) == {"cpu_step", "gpu_span"}
     assert (replay["model_max_pct"] >= 0).all()
     assert "replayed vs measured" in out.getvalue().lower()
+
+    # the sweep step: every point of the bundled grid that its constraint keeps, one row each in
+    # the warehouse's `estimates`; more layers never faster, all else equal
+    grid_doc = yaml.safe_load((ROOT / "examples" / "grids" / "gpt_cpu.yaml").read_text())
+    axes = grid_doc["grid"]
+    kept = [
+        dict(zip(axes, values, strict=True))
+        for values in itertools.product(*axes.values())
+        if values[list(axes).index("dp")] * values[list(axes).index("pp")] <= 4
+    ]
+    assert grid_doc["constraints"] == ["dp * pp <= 4"]
+    sweep = first.tables["sweep"]
+    assert set(sweep["job"]) == {"gpt_cpu"}
+    got = sorted(tuple(int(r[k]) for k in axes) for r in sweep.to_dict("records"))
+    assert got == sorted(tuple(p.values()) for p in kept)
+    stored = Warehouse.open(paths["warehouse"]).sql(
+        "select count(*) as n from estimates where job = 'gpt_cpu' and sweep_id = "
+        f"'{sweep['sweep_id'].iloc[0]}'"
+    )
+    assert int(stored["n"].iloc[0]) == len(kept)
+    others = [k for k in axes if k != "layers"]
+    for _, group in sweep.groupby(others):
+        times = group.sort_values("layers")["predicted_ns"].to_list()
+        assert times == sorted(times), group
+    assert (sweep["interval_low_ns"] <= sweep["predicted_ns"]).all()
+    assert (sweep["predicted_ns"] <= sweep["interval_high_ns"]).all()
+    text = out.getvalue()
+    assert "gpt_cpu.yaml: job 'gpt_cpu'" in text and "predicted_ms" in text and "high_ms" in text
 
     second = run_main(**paths, out=io.StringIO())
     assert all(o.metadata["files_ingested"] == 0 for o in second.outcomes)
@@ -296,3 +338,57 @@ def test_replay_asset_and_its_accuracy_check_on_a_real_job(
     assert check.severity == dg.AssetCheckSeverity.WARN
     assert check.metadata["metrics_checked"].value == 16  # 8 ranks x (cpu_step, gpu_span)
     assert check.passed, check.description
+
+
+def _failure(result: dg.ExecuteInProcessResult) -> str:
+    """The innermost message of the run's step failure (Dagster wraps ours)."""
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.step_failure_data.error
+            return error.message if error.cause is None else error.cause.message
+    return ""
+
+
+def test_sweep_asset_runs_every_grid_file_and_names_a_bad_one(
+    examples: Path, tmp_path: Path, warehouse_dir: Path
+) -> None:
+    ingest([examples / "gpt_cpu"], warehouse=warehouse_dir, job="gpt_cpu")
+    grids = tmp_path / "grids"
+    grids.mkdir()
+    (grids / "gpt_cpu.yaml").write_text(
+        "grid:\n  layers: [2, 4]\n  dp: [1, 2]\n  pp: [1, 2]\nconstraints:\n  - dp * pp < 4\n"
+    )
+    (grids / "notes.txt").write_text("not a grid file: ignored")
+    resources = {
+        "lumos": WarehouseResource(
+            warehouse=str(warehouse_dir), inbox=str(examples), grids=str(grids)
+        )
+    }
+    result = dg.materialize([grid_sweeps], resources=resources)
+    assert result.success
+    (mat,) = result.asset_materializations_for_node("grid_sweeps")
+    meta = {k: v.value for k, v in mat.metadata.items()}
+    assert meta["grids"] == 1
+    assert meta["configs"] == 6  # 2 x 2 x 2 points minus (dp 2, pp 2) at both layer counts
+    assert meta["best_job"] == "gpt_cpu"
+    assert meta["seconds"] > 0
+    stored = Warehouse.open(warehouse_dir).sql(
+        "select layers, dp, pp, predicted_ns from estimates where job = 'gpt_cpu' "
+        "order by predicted_ns"
+    )
+    assert len(stored) == 6
+    assert meta["best_predicted_ms"] == round(stored["predicted_ns"].iloc[0] / 1e6, 3)
+    assert {(r.dp, r.pp) for r in stored.itertuples()} == {(1, 1), (1, 2), (2, 1)}
+
+    # a bad grid file fails the run, naming the file, and nothing more is written
+    (grids / "gpt_cpu.yaml").write_text("grid:\n  layerz: [2, 4]\n")
+    result = dg.materialize([grid_sweeps], resources=resources, raise_on_error=False)
+    assert not result.success
+    assert "gpt_cpu.yaml" in _failure(result) and "layerz" in _failure(result)
+    # a grid for a job the warehouse does not hold: the file and its job are named
+    (grids / "gpt_cpu.yaml").unlink()
+    (grids / "gone.yaml").write_text("grid:\n  layers: [2, 4]\n")
+    result = dg.materialize([grid_sweeps], resources=resources, raise_on_error=False)
+    assert not result.success
+    assert "gone.yaml" in _failure(result) and "'gone'" in _failure(result)
+    assert len(Warehouse.open(warehouse_dir).sql("select * from estimates")) == 6

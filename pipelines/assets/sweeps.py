@@ -1,0 +1,76 @@
+"""`grid_sweeps`: run every sweep declared in the grids folder into the `estimates` table.
+
+The folder is the resource's `grids` (`LUMOS_GRIDS`, default `./lumos_grids`); each `<job>.yaml`
+in it is a `lumos sweep` grid file for the warehouse job `<job>` (the grid parser accepts only
+`base:`, `grid:`, `constraints:`, so the job is the file name). The work is
+`pipelines.sweep_grids.sweep_grid_file`, i.e. the functions `lumos sweep` calls. A bad grid file,
+or one naming a job the warehouse does not hold, fails the run with a message naming the file;
+nothing of a failing run's later files is written.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the parameter annotations at runtime.
+
+import time
+
+import dagster as dg
+
+from pipelines.assets.catalog import warehouse_catalog
+from pipelines.resources import WarehouseResource
+
+
+@dg.asset(
+    deps=[warehouse_catalog],
+    group_name="estimate",
+    kinds={"parquet", "numba"},
+    description="Every grid file `<job>.yaml` of the grids folder swept for its job into the "
+    "`estimates` table (one sweep_id per file).",
+)
+def grid_sweeps(
+    context: dg.AssetExecutionContext, lumos: WarehouseResource
+) -> dg.MaterializeResult:
+    from lumos.estimate.sweep import GridError, load_grid
+    from pipelines.sweep_grids import SweepFileError, grid_files, sweep_grid_file
+
+    started = time.perf_counter()
+    try:
+        files = grid_files(lumos.grids_path)
+        # all files are checked before anything is written: one bad file fails the run cleanly
+        for path in files:
+            load_grid(path)
+        sweeps = [sweep_grid_file(lumos.warehouse_path, path) for path in files]
+    except (SweepFileError, GridError) as exc:
+        raise dg.Failure(description=str(exc)) from None
+    best = min(
+        ((s, row) for s in sweeps for row in s.best(1).to_dict("records")),
+        key=lambda pair: pair[1]["predicted_ms"],
+    )
+    summary = "\n".join(
+        f"- `{s.path.name}` → job `{s.job}`, sweep `{s.sweep_id}`: {len(s.rows)} configs "
+        f"({s.n_points} points, {s.n_constrained} constrained, {s.n_invalid} invalid) in "
+        f"{s.seconds:.2f} s; best {_describe(s.best(1).to_dict('records')[0], s.keys)}"
+        for s in sweeps
+    )
+    for s in sweeps:
+        context.log.info(f"{s.path}: {len(s.rows)} configurations, sweep_id {s.sweep_id}")
+    return dg.MaterializeResult(
+        metadata={
+            "grids": len(sweeps),
+            "configs": sum(len(s.rows) for s in sweeps),
+            "seconds": round(time.perf_counter() - started, 3),
+            "best_job": best[0].job,
+            "best_predicted_ms": best[1]["predicted_ms"],
+            "best": _describe(best[1], best[0].keys),
+            "sweep_ids": ",".join(s.sweep_id for s in sweeps),
+            "sweeps": dg.MetadataValue.md(summary),
+        }
+    )
+
+
+def _describe(row: dict, keys: list[str]) -> str:
+    fits = row["fits"]
+    fits = "fits unknown" if fits is None or fits != fits else ("fits" if fits else "does NOT fit")
+    cfg = " ".join(f"{k}={row[k]}" for k in keys if k in row)
+    return (
+        f"{row['predicted_ms']:.3f} ms [{row['low_ms']:.3f}, {row['high_ms']:.3f}], "
+        f"{row['memory_mib']} MiB {fits} ({cfg})"
+    )
