@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import lumos_sql
 from warehouse.layout import Layout, encode_job
@@ -90,11 +91,13 @@ class JobTables:
         t_rank = self.tasks.column("rank").to_numpy()
         i_rank = self.iterations.column("rank").to_numpy()
         s_rank = self.schedules.column("rank").to_numpy()
-        s_mode = np.asarray(self.schedules.column("mode").to_pylist(), dtype=object)
+        # modes compared as Arrow strings: a Python list of every row's mode costs more
+        s_mode = self.schedules.column("mode")
         for r in ranks:
             scheds = {}
-            for mode in sorted(set(s_mode[s_rank == r])):
-                sel = self.schedules.filter(pa.array((s_rank == r) & (s_mode == mode)))
+            in_rank = pa.array(s_rank == r)
+            for mode in sorted(pc.unique(s_mode.filter(in_rank)).to_pylist()):
+                sel = self.schedules.filter(pc.and_(in_rank, pc.equal(s_mode, mode)))
                 scheds[str(mode)] = sel.sort_by("task")
             yield RankView(
                 self.job,
@@ -105,13 +108,17 @@ class JobTables:
             )
 
 
-def _with_steps(con, job: str) -> JobTables:  # noqa: ANN001
+def _with_steps(con, job: str, schedules: pa.Table | None = None) -> JobTables:  # noqa: ANN001
+    """`schedules` as given when the caller holds it in memory: `JobTables.ranks` selects and
+    sorts each rank's and mode's rows itself, so a sorted copy through DuckDB is wasted work."""
     con.execute(lumos_sql.load("explain/task_steps"))
+    if schedules is None:
+        schedules = con.sql("SELECT * FROM schedules ORDER BY rank, mode, task").to_arrow_table()
     return JobTables(
         job,
         con.sql("SELECT * FROM x_task").to_arrow_table(),
         con.sql("SELECT * FROM iterations ORDER BY rank, step").to_arrow_table(),
-        con.sql("SELECT * FROM schedules ORDER BY rank, mode, task").to_arrow_table(),
+        schedules,
         con.sql("SELECT * FROM deps ORDER BY rank, src, dst").to_arrow_table(),
     )
 
@@ -127,7 +134,7 @@ def from_tables(job: str, tables: Mapping[str, pa.Table]) -> JobTables:
     try:
         for name in INPUT_TABLES:
             con.register(name, tables[name])
-        return _with_steps(con, job)
+        return _with_steps(con, job, schedules=tables["schedules"])
     finally:
         con.close()
 

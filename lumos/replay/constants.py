@@ -12,10 +12,9 @@ fitted to a step's length). Rules, the same for every trace:
   ``call end - target end`` over syncs and blocking copies that waited. No sample: 5 us.
 * ``launch_call_ns``: median launch-call duration (the issue part of a blocking copy).
 * ``queue_depth``: CUDA's launch queue holds 1024 entries; a trace that shows more launched-but-not-
-  started tasks than that raises it to what it shows. 0 (back-pressure off) when the trace's own
-  timing contradicts the replay kernel's in-order rule (a launch ended before the GPU task launched
-  Q launches earlier started: tasks of other streams overtook a long-waiting one); the traced
-  launch-call durations still hold whatever blocking really happened.
+  started tasks than that raises it to what it shows. The kernel counts launched-but-not-started
+  tasks per device, so GPU tasks that start out of launch order (an NCCL kernel waiting on its
+  stream while other streams run past it) need no exception.
 """
 
 from __future__ import annotations
@@ -73,8 +72,6 @@ def estimate(raw: list[dict]) -> list[DeviceConstants]:
         call = _num(r["launch_call_med"]) if r["launch_call_n"] >= 1 else None
         call_ns = int(round(call)) if call is not None else DEFAULT_LAUNCH_CALL_NS
         q = max(CUDA_QUEUE_DEPTH, int(r["max_queued"] or 0) + 1)
-        if int(r.get("fifo_contra") or 0) > 0:
-            q = 0
         out.append(
             DeviceConstants(int(r["rank"]), int(r["device"]), lat, gap_ns, sync_ns, call_ns, q)
         )

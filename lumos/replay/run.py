@@ -86,16 +86,17 @@ def rank_graphs(
     """The replay instances of the job whose temp tables are on `con`: one per rank and
     single-rank mode, plus one `multirank` instance over all ranks when asked for, the job has
     several ranks and `collectives` (from `build_collectives`) is given."""
-    tasks = con.sql("SELECT * FROM tasks ORDER BY rank, task").to_arrow_table()
-    deps = con.sql("SELECT * FROM deps ORDER BY rank, dst, src").to_arrow_table()
-    ranks = sorted(set(tasks.column("rank").to_pylist()))
+    tasks = con.sql(lumos_sql.load("replay/graph_tasks")).to_arrow_table()
+    deps = con.sql(lumos_sql.load("replay/graph_deps")).to_arrow_table()
     t_rank = tasks.column("rank").to_numpy()
+    ranks = [int(r) for r in np.unique(t_rank)]
     d_rank = deps.column("rank").to_numpy()
-    job = tasks.column("job")[0].as_py() if tasks.num_rows else ""
+    job = con.execute(lumos_sql.load("replay/graph_job")).fetchall()[0][0] or ""
     out = []
     for r in ranks:
-        t = tasks.filter(pa.array(t_rank == r))
-        d = deps.filter(pa.array(d_rank == r))
+        one = len(ranks) == 1  # the common case: no copy
+        t = tasks if one else tasks.filter(pa.array(t_rank == r))
+        d = deps if one else deps.filter(pa.array(d_rank == r))
         c = [x for x in consts if x.rank == r]
         for mode in modes:
             if mode == MULTIRANK:

@@ -87,11 +87,12 @@ SELECT r.*,
                 AND r.l_name ILIKE '%pageable%'
                THEN 'blocking_copy'
            WHEN r.l_stream IS NOT NULL THEN 'launch'
-           WHEN regexp_matches(r.lname, '(devicesynchronize|ctxsynchronize)') THEN 'device_sync'
-           WHEN regexp_matches(r.lname, 'streamsynchronize') THEN 'stream_sync'
-           WHEN regexp_matches(r.lname, 'eventsynchronize') THEN 'event_sync'
-           WHEN regexp_matches(r.lname, 'eventrecord') THEN 'record'
-           WHEN regexp_matches(r.lname, 'streamwaitevent') THEN 'stream_wait'
+           WHEN contains(r.lname, 'devicesynchronize') OR contains(r.lname, 'ctxsynchronize')
+               THEN 'device_sync'
+           WHEN contains(r.lname, 'streamsynchronize') THEN 'stream_sync'
+           WHEN contains(r.lname, 'eventsynchronize') THEN 'event_sync'
+           WHEN contains(r.lname, 'eventrecord') THEN 'record'
+           WHEN contains(r.lname, 'streamwaitevent') THEN 'stream_wait'
            ELSE 'runtime'
        END AS role,
        coalesce(CASE WHEN cs.sync_kind = 'Stream Sync' THEN cs.sync_stream END,

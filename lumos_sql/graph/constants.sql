@@ -79,13 +79,15 @@ WITH devs AS (
     SELECT rank, device, launch_end, ts_ns AS gpu_start,
            row_number() OVER (PARTITION BY rank, device ORDER BY launch_ts, event_idx) AS k
     FROM g_gpu WHERE launch_end IS NOT NULL AND corr_rank = 1
-), fifo AS (
-    SELECT a.rank, a.device, count(*) AS fifo_contra
+), fifo1 AS (
+    -- the launch Q earlier as a plain column, so the self-join below is an equi (hash) join
+    SELECT a.*, a.k - greatest(1024, q.max_queued + 1) AS k_back
     FROM fifo0 AS a
     JOIN queued AS q ON q.rank = a.rank AND q.device = a.device
-    JOIN fifo0 AS b
-      ON b.rank = a.rank AND b.device = a.device
-     AND b.k = a.k - greatest(1024, q.max_queued + 1)
+), fifo AS (
+    SELECT a.rank, a.device, count(*) AS fifo_contra
+    FROM fifo1 AS a
+    JOIN fifo0 AS b ON b.rank = a.rank AND b.device = a.device AND b.k = a.k_back
     WHERE a.launch_end < b.gpu_start
     GROUP BY ALL
 )

@@ -108,14 +108,30 @@ WITH noise AS (
     FROM late AS l
     JOIN (SELECT DISTINCT rank, dev, proc FROM g_gpu_t) AS s
       ON s.rank = l.rank AND s.dev = l.dev AND s.proc <> l.proc
+), ge AS (
+    -- each stream's tasks numbered by end, so that the tasks ending in a time band are a range
+    -- of numbers: the band join below becomes an equi-join (a join on the stream alone pairs
+    -- every late task with every task of the other stream)
+    SELECT rank, proc, task, end_ns, launch_ts,
+           row_number() OVER (PARTITION BY rank, proc ORDER BY end_ns, task) AS e_ord
+    FROM g_gpu_t
+), ends AS (
+    SELECT rank, proc, end_ns, max(e_ord) AS e_ord FROM ge GROUP BY ALL
+), band AS (
+    -- tasks of the other stream ending in (explained - gap, ts + tol]: e_ord in (lo, hi]
+    SELECT c.*, coalesce(lo.e_ord, 0) AS lo, hi.e_ord AS hi
+    FROM cand AS c
+    ASOF JOIN ends AS hi
+      ON hi.rank = c.rank AND hi.proc = c.other AND hi.end_ns <= c.ts_ns + c.tol_ns
+    ASOF LEFT JOIN ends AS lo
+      ON lo.rank = c.rank AND lo.proc = c.other AND lo.end_ns <= c.explained - c.gap_ns
 ), hit AS (
     -- the event can only hold work launched before the wait call; of that work, the task that
     -- ended last before the waiting task started (within timer noise) and explains its delay
-    SELECT c.*, g.task AS src, g.end_ns AS src_end
-    FROM cand AS c
-    JOIN g_gpu_t AS g
-      ON g.rank = c.rank AND g.proc = c.other AND g.launch_ts < c.wait_ts
-     AND g.end_ns <= c.ts_ns + c.tol_ns AND g.end_ns + c.gap_ns > c.explained
+    SELECT b.*, g.task AS src, g.end_ns AS src_end
+    FROM (SELECT *, unnest(range(lo + 1, hi + 1)) AS e_ord FROM band WHERE hi > lo) AS b
+    JOIN ge AS g ON g.rank = b.rank AND g.proc = b.other AND g.e_ord = b.e_ord
+    WHERE g.launch_ts < b.wait_ts
 )
 SELECT rank, arg_max(src, src_end) AS src, dst
 FROM hit

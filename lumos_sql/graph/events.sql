@@ -19,16 +19,20 @@ SELECT
     stream,
     correlation,
     CASE WHEN cat = 'cuda_sync' THEN args_json END AS args_json,
-    CASE WHEN cat = 'kernel'
-         THEN TRY_CAST(json_extract(args_json, '$."blocks per SM"') AS DOUBLE) END AS blocks_per_sm,
-    CASE WHEN cat = 'kernel'
-         THEN TRY_CAST(json_extract(args_json, '$."warps per SM"') AS DOUBLE) END AS warps_per_sm,
-    CASE WHEN cat = 'kernel'
-         THEN TRY_CAST(json_extract(args_json, '$."est. achieved occupancy %"') AS DOUBLE)
-    END AS occupancy_pct
-FROM events
-WHERE job = $job
-  AND ph = 'X'
-  AND ts_ns IS NOT NULL
-  AND cat IN ('cpu_op', 'user_annotation', 'cuda_runtime', 'cuda_driver',
-              'kernel', 'gpu_memcpy', 'gpu_memset', 'cuda_sync');
+    TRY_CAST(geo[1] AS DOUBLE) AS blocks_per_sm,
+    TRY_CAST(geo[2] AS DOUBLE) AS warps_per_sm,
+    TRY_CAST(geo[3] AS DOUBLE) AS occupancy_pct
+FROM (
+    -- one JSON parse per kernel for its three geometry fields
+    SELECT *,
+           CASE WHEN cat = 'kernel'
+                THEN json_extract(args_json, ['$."blocks per SM"', '$."warps per SM"',
+                                              '$."est. achieved occupancy %"'])
+           END AS geo
+    FROM events
+    WHERE job = $job
+      AND ph = 'X'
+      AND ts_ns IS NOT NULL
+      AND cat IN ('cpu_op', 'user_annotation', 'cuda_runtime', 'cuda_driver',
+                  'kernel', 'gpu_memcpy', 'gpu_memset', 'cuda_sync')
+);

@@ -61,7 +61,7 @@ SELECT l.rank, l.step, count(*) AS n_missing
 FROM g_launch_step AS l
 JOIN g_ev AS r ON r.rank = l.rank AND r.correlation = l.correlation
                AND r.cat IN ('cuda_runtime', 'cuda_driver')
-WHERE regexp_matches(r.name, '(?i)launchkernel')
+WHERE r.name ILIKE '%launchkernel%'
   AND NOT EXISTS (SELECT 1 FROM g_ev AS g
                   WHERE g.rank = l.rank AND g.correlation = l.correlation
                     AND g.cat IN ('kernel', 'gpu_memcpy', 'gpu_memset'))

@@ -59,30 +59,54 @@ SELECT rank, pid, tid, event_idx, name, ts_ns + least(dur_ns, coalesce(launch_ca
              coalesce(sync_lat_ns, dur_ns))
 FROM calls WHERE role = 'blocking_copy';
 
-CREATE OR REPLACE TEMP TABLE g_all AS
-SELECT rank, FALSE AS is_gpu, pid, tid, NULL::BIGINT AS device, NULL::BIGINT AS stream,
-       event_idx, name, role, sub, ts_ns, end_ns, model_dur_ns, correlation, t_device, t_stream,
-       NULL::BIGINT AS launch_corr, NULL::BIGINT AS corr_rank
-FROM g_cpu
-UNION ALL
-SELECT rank, TRUE, NULL, NULL, device, stream, event_idx, name,
-       CASE cat WHEN 'kernel' THEN 'kernel' WHEN 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END,
-       0, ts_ns, end_ns, dur_ns, NULL, device, stream, correlation, corr_rank
-FROM g_gpu;
+-- processors and dense devices are numbered over the few distinct keys, and the task ids by a
+-- window over narrow rows joined back by rowid: windows over the wide rows (names, roles) cost
+-- several times more (one-rank jobs sort in one partition)
+CREATE OR REPLACE TEMP TABLE g_procs AS
+SELECT *, row_number() OVER (PARTITION BY rank ORDER BY is_gpu, pid, tid, device, stream) - 1 AS proc
+FROM (SELECT DISTINCT rank, FALSE AS is_gpu, pid, tid, NULL::BIGINT AS device,
+                      NULL::BIGINT AS stream FROM g_cpu
+      UNION
+      SELECT DISTINCT rank, TRUE, NULL, NULL, device, stream FROM g_gpu);
+
+CREATE OR REPLACE TEMP TABLE g_devs AS
+SELECT *, row_number() OVER (PARTITION BY rank ORDER BY device) - 1 AS dev
+FROM (SELECT DISTINCT rank, device FROM g_gpu);
+
+-- every task (CPU pieces and calls, GPU tasks) with its processor and dense device
+CREATE OR REPLACE TEMP TABLE g_p AS
+WITH a AS (
+    SELECT rank, FALSE AS is_gpu, pid, tid, NULL::BIGINT AS device, NULL::BIGINT AS stream,
+           event_idx, name, role, sub, ts_ns, end_ns, model_dur_ns, correlation, t_device, t_stream,
+           NULL::BIGINT AS launch_corr, NULL::BIGINT AS corr_rank
+    FROM g_cpu
+    UNION ALL
+    SELECT rank, TRUE, NULL, NULL, device, stream, event_idx, name,
+           CASE cat WHEN 'kernel' THEN 'kernel' WHEN 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END,
+           0, ts_ns, end_ns, dur_ns, NULL, device, stream, correlation, corr_rank
+    FROM g_gpu
+)
+SELECT a.*, p.proc, CASE WHEN a.is_gpu THEN d.dev END AS dev
+FROM a
+JOIN g_procs AS p
+  ON p.rank = a.rank AND p.is_gpu = a.is_gpu AND p.pid IS NOT DISTINCT FROM a.pid
+ AND p.tid IS NOT DISTINCT FROM a.tid AND p.device IS NOT DISTINCT FROM a.device
+ AND p.stream IS NOT DISTINCT FROM a.stream
+LEFT JOIN g_devs AS d ON a.is_gpu AND d.rank = a.rank AND d.device IS NOT DISTINCT FROM a.device;
 
 CREATE OR REPLACE TEMP TABLE g_tasks0 AS
-WITH p AS (
-    SELECT *,
-           dense_rank() OVER (PARTITION BY rank ORDER BY is_gpu, pid, tid, device, stream) - 1
-               AS proc,
-           CASE WHEN is_gpu THEN dense_rank() OVER (PARTITION BY rank, is_gpu ORDER BY device) - 1
-           END AS dev
-    FROM g_all
+WITH n AS (
+    SELECT rowid AS rid,
+           row_number() OVER (PARTITION BY rank ORDER BY ts_ns, proc, end_ns, sub, event_idx) - 1
+               AS task
+    FROM g_p
+), o AS (
+    SELECT rank, min(ts_ns) AS origin_ns FROM g_p GROUP BY rank
 )
-SELECT *,
-       row_number() OVER (PARTITION BY rank ORDER BY ts_ns, proc, end_ns, sub, event_idx) - 1 AS task,
-       min(ts_ns) OVER (PARTITION BY rank) AS origin_ns
-FROM p;
+SELECT p.*, n.task, o.origin_ns
+FROM g_p AS p
+JOIN n ON n.rid = p.rowid
+JOIN o ON o.rank = p.rank;
 
 -- dense device id of each (rank, device) and processor id of each stream
 CREATE OR REPLACE TEMP TABLE g_streams AS
@@ -108,14 +132,21 @@ WITH ev_sync AS (
     JOIN g_tasks0 AS c
       ON c.rank = g.rank AND c.correlation = g.launch_corr AND c.role IN ('launch', 'copy_issue')
     WHERE g.is_gpu AND g.corr_rank = 1
+), gap AS (
+    -- idle time before each CPU task on its thread: a narrow window, joined back by rowid
+    SELECT rowid AS rid,
+           ts_ns - coalesce(lag(end_ns) OVER (PARTITION BY rank, proc ORDER BY task), origin_ns)
+               AS gap_ns
+    FROM g_tasks0 WHERE NOT is_gpu
 ), m AS (
-    SELECT t.*,
+    SELECT t.*, gp.gap_ns,
            s.proc AS t_proc, s.dev AS t_dev, e.record_task, rd.dev AS rank_dev
     FROM g_tasks0 AS t
     LEFT JOIN g_streams AS s
       ON s.rank = t.rank AND s.device = t.t_device AND s.stream = t.t_stream
     LEFT JOIN ev_sync AS e ON e.rank = t.rank AND e.task = t.task
     LEFT JOIN rank_dev AS rd ON rd.rank = t.rank
+    LEFT JOIN gap AS gp ON gp.rid = t.rowid
 )
 SELECT
     (SELECT any_value(job) FROM g_ev) AS job,
@@ -134,7 +165,7 @@ SELECT
         WHEN m.role IN ('stream_sync', 'device_sync', 'event_sync', 'copy_wait') THEN 3
         WHEN m.role = 'record' AND m.t_proc IS NOT NULL THEN 4
         WHEN m.role IN ('record', 'runtime', 'stream_wait') THEN 1
-        WHEN m.role = 'kernel' AND regexp_matches(m.name, '(?i)(nccl|rccl)') THEN 14
+        WHEN m.role = 'kernel' AND (m.name ILIKE '%nccl%' OR m.name ILIKE '%rccl%') THEN 14
         WHEN m.role = 'kernel' THEN 10
         WHEN m.role = 'memcpy' THEN 11
         ELSE 12
@@ -161,10 +192,8 @@ SELECT
     END AS rt_arg,
     coalesce(l.launch_task, -1) AS launch_src,
     coalesce(m.correlation, m.launch_corr) AS correlation,
-    CASE WHEN m.is_gpu THEN NULL
-         ELSE m.ts_ns - coalesce(lag(m.end_ns) OVER w, m.origin_ns) END AS gap_ns,
+    m.gap_ns,
     m.origin_ns
 FROM m
 LEFT JOIN launch AS l ON l.rank = m.rank AND l.gpu_task = m.task
-WINDOW w AS (PARTITION BY m.rank, m.proc ORDER BY m.task)
 ORDER BY m.rank, m.task;

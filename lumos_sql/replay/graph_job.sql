@@ -1,0 +1,2 @@
+-- The job whose graph tables are on the connection ('' when it has no tasks: NULL).
+SELECT any_value(job) FROM tasks;

@@ -1,0 +1,7 @@
+-- The columns of `tasks` that the replay arrays are built from (lumos.replay.build and
+-- lumos.replay.multirank), in (rank, task) order. Names and roles are left out: converting
+-- those strings to Arrow costs more than building the graph.
+SELECT rank, task, proc, is_gpu, dev, device, ts_ns, kind, model_dur_ns, rt_mode, rt_arg,
+       launch_src, gap_ns, event_idx, origin_ns
+FROM tasks
+ORDER BY rank, task;
