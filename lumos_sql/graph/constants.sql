@@ -9,12 +9,6 @@
 --   launch_call_*: duration of launching calls (cudaLaunchKernel & co.), blocking copies excluded
 --   max_queued:    the most GPU tasks launched but not started at the end of a launch call
 --                  (evidence of the launch-queue depth)
---   fifo_contra:   launches that ended before the GPU task launched Q launches earlier on the
---                  device had started (Q = 1024 or max_queued + 1): the trace contradicts the
---                  replay's in-order back-pressure rule (launch k waits for the start of launch
---                  k - Q), as when a NCCL kernel waits 56 ms on its own stream while over a
---                  thousand later launches on the compute stream run (trace_diff/test: 414
---                  launches, up to 6.8 ms early; no other trace has any)
 CREATE OR REPLACE TEMP TABLE g_const_raw AS
 WITH devs AS (
     SELECT DISTINCT rank, device FROM g_gpu
@@ -75,34 +69,17 @@ WITH devs AS (
                     FROM g_gpu WHERE launch_end IS NOT NULL AND corr_rank = 1) AS s
       ON s.rank = l.rank AND s.device = l.device AND s.ts_ns <= l.launch_end
     GROUP BY ALL
-), fifo0 AS (
-    SELECT rank, device, launch_end, ts_ns AS gpu_start,
-           row_number() OVER (PARTITION BY rank, device ORDER BY launch_ts, event_idx) AS k
-    FROM g_gpu WHERE launch_end IS NOT NULL AND corr_rank = 1
-), fifo1 AS (
-    -- the launch Q earlier as a plain column, so the self-join below is an equi (hash) join
-    SELECT a.*, a.k - greatest(1024, q.max_queued + 1) AS k_back
-    FROM fifo0 AS a
-    JOIN queued AS q ON q.rank = a.rank AND q.device = a.device
-), fifo AS (
-    SELECT a.rank, a.device, count(*) AS fifo_contra
-    FROM fifo1 AS a
-    JOIN fifo0 AS b ON b.rank = a.rank AND b.device = a.device AND b.k = a.k_back
-    WHERE a.launch_end < b.gpu_start
-    GROUP BY ALL
 )
 SELECT d.rank, d.device,
        i.idle_launch_med, coalesce(i.idle_launch_n, 0) AS idle_launch_n,
        g.gap_med, coalesce(g.gap_n, 0) AS gap_n,
        s.sync_med, coalesce(s.sync_n, 0) AS sync_n,
        c.launch_call_med, coalesce(c.launch_call_n, 0) AS launch_call_n,
-       coalesce(q.max_queued, 0) AS max_queued,
-       coalesce(f.fifo_contra, 0) AS fifo_contra
+       coalesce(q.max_queued, 0) AS max_queued
 FROM devs AS d
 LEFT JOIN idle AS i USING (rank, device)
 LEFT JOIN gap AS g USING (rank, device)
 LEFT JOIN sync AS s USING (rank, device)
 LEFT JOIN lcall AS c USING (rank, device)
 LEFT JOIN queued AS q USING (rank, device)
-LEFT JOIN fifo AS f USING (rank, device)
 ORDER BY rank, device;
