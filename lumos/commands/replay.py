@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,10 +27,11 @@ def _run(args: argparse.Namespace) -> int:
     from lumos.replay.run import run
     from warehouse.catalog import build_catalog
 
+    failures: dict[str, str] = {}
     try:
-        results = run(args.warehouse, args.job)
+        results = run(args.warehouse, args.job, failures=failures)
     except (WarehouseNotFound, ValueError) as exc:
-        print(f"lumos replay: {exc}")
+        print(f"lumos replay: {exc}", file=sys.stderr)
         return 2
     root = Warehouse.open(args.warehouse).root
     if not args.no_explain:
@@ -58,4 +60,6 @@ def _run(args: argparse.Namespace) -> int:
                 f"{100 * m['median_rel_error']:>7.2f}/{100 * m['max_rel_error']:<8.2f} "
                 f"{ident:>19} {slack:>9.2f}"
             )
-    return 0
+    for job, message in sorted(failures.items()):
+        print(f"lumos replay: job {job!r} could not be replayed: {message}", file=sys.stderr)
+    return 1 if failures else 0

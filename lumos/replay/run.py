@@ -218,8 +218,13 @@ def run(
     jobs: Sequence[str] | None = None,
     *,
     write: bool = True,
+    failures: dict[str, str] | None = None,
 ) -> list[JobReplay]:
-    """Replay `jobs` (default: every job with an ingested trace) of the warehouse."""
+    """Replay `jobs` (default: every job with an ingested trace) of the warehouse.
+
+    With `failures` given, a job whose graph cannot be built or replayed is recorded there
+    (job -> message) and the other jobs still run: one odd trace must not stop a nightly replay
+    of the fleet. Without it, the first failure raises."""
     import duckdb
 
     from lumos.api import Warehouse
@@ -234,7 +239,13 @@ def run(
             raise ValueError(f"{wh.root}: no ingested trace for job(s) {missing}")
         results = []
         for job in todo:
-            res = replay_job(con, job, collectives=job_collectives(wh.root, con, job))
+            try:
+                res = replay_job(con, job, collectives=job_collectives(wh.root, con, job))
+            except Exception as exc:
+                if failures is None:
+                    raise
+                failures[job] = f"{type(exc).__name__}: {exc}"
+                continue
             if write:
                 write_job(wh.root, res)
             results.append(res)

@@ -15,8 +15,12 @@ SELECT
     ts_ns,
     greatest(coalesce(dur_ns, 0), 0) AS dur_ns,
     ts_ns + greatest(coalesce(dur_ns, 0), 0) AS end_ns,
-    device,
-    stream,
+    -- Kineto writes GPU work under pid = device and tid = stream; some producers (MTIA) leave the
+    -- device/stream args out, so fall back to those.
+    CASE WHEN cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') THEN coalesce(device, pid)
+         ELSE device END AS device,
+    CASE WHEN cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') THEN coalesce(stream, tid)
+         ELSE stream END AS stream,
     correlation,
     CASE WHEN cat = 'cuda_sync' THEN args_json END AS args_json,
     TRY_CAST(geo[1] AS DOUBLE) AS blocks_per_sm,
