@@ -121,6 +121,11 @@ def main() -> None:
         help="with --no-hta-large: also measure every contender on a trace of this size",
     )
     ap.add_argument("--markdown", type=Path, help="write the results table (Markdown) here")
+    ap.add_argument(
+        "--only",
+        action="append",
+        help="measure only these contenders (repeatable), e.g. --only 'lumos reader'",
+    )
     args = ap.parse_args()
     py = sys.executable
     tmp = Path(tempfile.mkdtemp(prefix="lumos-bench-"))
@@ -137,6 +142,8 @@ def main() -> None:
             }
             if args.no_hta_large and label == largest:
                 contenders.pop("HTA 0.5.0")
+            if args.only:
+                contenders = {k: v for k, v in contenders.items() if k in args.only}
             for name, cmd in contenders.items():
                 walls, rsss, cpus = [], [], []
                 for r in range(args.runs):

@@ -5,9 +5,11 @@
         ...
     trace.meta                        # complete once batches() is exhausted
 
-Modules: `source` (decompressed chunks), `scanner` (top-level structure, numba), `decode`
-(events → Arrow via msgspec), `numbers` (exact decimal → int64 ns, numba), `categories`
-(normalisation), `sniff` (what a file looks like), `trace` (the streaming loop).
+Modules: `source` (decompressed chunks), `fused` (one numba pass per chunk: top-level structure,
+JSON validation of every event, spans of the kept keys), `scanner` and `walker` (the codes and
+the key list it shares), `decode` and `columns` (spans → Arrow columns), `numbers` (exact decimal
+→ int64 ns, numba), `strings`, `categories` (normalisation), `sniff` (what a file looks like),
+`trace` (the streaming loop).
 """
 
 from __future__ import annotations

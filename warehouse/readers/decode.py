@@ -1,11 +1,9 @@
-"""Decode one chunk of trace events (JSON text) into an Arrow RecordBatch of READER_EVENTS.
+"""Turn one chunk's events into an Arrow RecordBatch of READER_EVENTS, from their key spans.
 
-Three steps, none with a Python object per event:
-1. msgspec checks that `[region]` is valid JSON (decoding it as one `msgspec.Raw`, ~1.2 GB/s);
-   UTF-8 is checked by the caller.
-2. `walker` finds the byte span of every kept key in every event (numba).
-3. `numbers` and `strings` turn spans into int64 and string columns (numba); `args_json` is the
-   args object's text byte for byte.
+The events were already validated as JSON and walked by `fused.scan`, which recorded the byte
+span of every kept key in every event (UTF-8 is checked by the caller). Here `numbers` and
+`strings` turn spans into int64 and string columns (numba, via `columns`), without a Python
+object per event; `args_json` is the args object's text byte for byte.
 Wrongly typed fields raise MalformedTrace naming the field and the event index.
 """
 
@@ -16,7 +14,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 
@@ -26,10 +23,8 @@ from warehouse.readers import strings as st
 from warehouse.readers.categories import normalise_column
 from warehouse.readers.columns import ColumnScratch, Plan
 from warehouse.readers.columns import run as columns_run
-from warehouse.readers.walker import FIELD, KEYS, SpanScratch, find_spans
+from warehouse.readers.walker import FIELD, KEYS
 from warehouse.schema import READER_EVENTS
-
-_VALIDATOR = msgspec.json.Decoder(msgspec.Raw)
 
 # column -> (key, numbers mode, scale)
 _INT_COLUMNS = {
@@ -106,38 +101,29 @@ _PLAN = _plan()
 
 
 class Scratch:
-    """Work arrays of `decode_events`, reused from chunk to chunk by one reader (not shared)."""
+    """Work arrays of `decode_spans`, reused from chunk to chunk by one reader (not shared)."""
 
     def __init__(self) -> None:
-        self.spans = SpanScratch()
         self.columns = ColumnScratch()
 
 
-def decode_events(
-    data: bytes | bytearray | memoryview,
-    n_events: int,
+def decode_spans(
+    buf: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    totals: np.ndarray,
     base: int,
     path: Path,
     scratch: Scratch | None = None,
 ) -> pa.RecordBatch:
-    """Decode `data`, `[` + n_events comma-separated objects + `]`; `base` = first event_idx.
-
-    `scratch`: work arrays to reuse across calls (one per reader; not thread-safe).
-    """
-    try:
-        _VALIDATOR.decode(data)
-    except msgspec.DecodeError as err:
-        raise MalformedTrace(
-            path, f"invalid JSON among events {base}..{base + n_events - 1}: {err}"
-        ) from None
-    region = memoryview(data)[1:-1]
-    buf = np.frombuffer(region, dtype=np.uint8)
+    """Columns of events already validated and walked by `fused.scan`: `starts`/`ends` are the
+    kept keys' spans in `buf`, one row per event; `base` = first event_idx."""
     scratch = scratch or Scratch()
-    starts, ends, totals = find_spans(buf, n_events, scratch.spans)
+    n_events = starts.shape[0]
     columns, (row, field, code) = columns_run(_PLAN, buf, starts, ends, totals, scratch.columns)
     if row >= 0:
         key = KEYS[field]
-        text = bytes(region[starts[row, field] : ends[row, field]]).decode("utf-8", "replace")
+        text = bytes(buf[starts[row, field] : ends[row, field]]).decode("utf-8", "replace")
         if len(text) > 60:
             text = text[:57] + "..."
         where = f"args.{key}" if field > FIELD["args"] else key

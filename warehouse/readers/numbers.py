@@ -6,7 +6,7 @@ the nanoseconds (field-notes §3). Here the digits are read as an integer mantis
 an exact power of ten (`scale` = 3 turns µs into ns). Digits below the unit are rounded half to
 even (Kineto writes at most 3 decimals, so this never happens on real traces).
 
-The input is the trace text and, per row, the span [start, end) of a value found by `walker`
+The input is the trace text and, per row, the span [start, end) of a value found by `fused.scan`
 (start -1: the key is absent). The text is already known to be valid JSON.
 """
 

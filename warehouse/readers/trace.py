@@ -1,8 +1,9 @@
 """KinetoTrace: stream one trace file into Arrow batches of READER_EVENTS, plus its metadata.
 
 The loop: read a chunk of decompressed bytes into one reused buffer, after the unfinished tail
-of the previous one, let the scanner find the complete events and top-level members, decode the
-events in one call, yield a batch, keep the tail. Memory is bounded by a chunk plus the largest single event or
+of the previous one, let `fused.scan` find the top-level members and the complete events
+(validated as JSON, with the spans of their kept keys, in one pass), turn the spans into columns
+in one call, yield a batch, keep the tail. Memory is bounded by a chunk plus the largest single event or
 top-level member, never by the file size.
 """
 
@@ -19,9 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from warehouse.errors import MalformedTrace, NotKinetoTrace
+from warehouse.readers import fused
 from warehouse.readers import scanner as sc
 from warehouse.readers.categories import LEGACY_CATEGORIES
-from warehouse.readers.decode import Scratch, decode_events, gc_paused
+from warehouse.readers.decode import Scratch, decode_spans, gc_paused
 from warehouse.readers.sniff import (
     HOST_ET_KEYS,
     describe_array,
@@ -66,6 +68,7 @@ class KinetoTrace:
         self._raw_cats: Counter[str] = Counter()
         self._gpu_devices: Counter[int] = Counter()
         self._state_ev_count = 0  # complete events before a scanner error, within its buffer
+        self._reason = 0  # fused.R_* of an invalid-JSON error inside an event
 
     def __repr__(self) -> str:
         return f"KinetoTrace({str(self.path)!r})"
@@ -77,18 +80,16 @@ class KinetoTrace:
         self.meta = TraceMeta()
         self._raw_cats.clear()
         self._gpu_devices.clear()
-        state = sc.new_state()
-        members = sc.new_members()
         # One buffer for the whole file: chunks are read into it after the unfinished tail of the
-        # previous one (no copy per chunk, no fresh pages to fault in). Byte 0 is slack, so that
-        # the byte before the events region and the byte after it can be turned into the `[`
-        # and `]` that make the region one JSON array for msgspec, in place.
+        # previous one (no copy per chunk, no fresh pages to fault in). Byte 0 is unused slack.
         gz = is_gzip(self.path)
         # a plain file smaller than a chunk needs no more room than its size (+1 to see its end)
         step = (
             self.chunk_bytes if gz else max(1, min(self.chunk_bytes, self.path.stat().st_size + 1))
         )
         work = bytearray(step + 2)
+        scanner = fused.Scanner(step)
+        state, members = scanner.state, scanner.members
         n_data = 0  # bytes of text in work[1 : 1 + n_data]
         offset = 0  # absolute (decompressed) offset of work[1]
         n_events = 0
@@ -113,39 +114,31 @@ class KinetoTrace:
                 n_data += got
                 while True:
                     arr = np.frombuffer(work, dtype=np.uint8, count=n_data, offset=1)
-                    rc = sc.scan(arr, state, members, sc.TRACE_EVENTS_KEY)
+                    rc = scanner.scan(arr)
                     if rc < 0:
-                        self._state_ev_count = int(state[sc.S_EV_COUNT])
+                        self._state_ev_count = int(state[fused.S_EV_COUNT])
+                        self._reason = int(state[fused.S_REASON])
                         buf = bytes(arr)
-                        self._scan_error(rc, buf, int(state[sc.S_ERR_POS]), offset, n_events)
-                    for k in range(int(state[sc.S_N_MEMBERS])):
+                        self._scan_error(rc, buf, int(state[fused.S_ERR_POS]), offset, n_events)
+                    for k in range(int(state[fused.S_N_MEMBERS])):
                         ks, ke, vs, ve = (int(x) for x in members[k])
                         self._member(bytes(arr[ks:ve]), ke - ks, vs - ks, offset + ks)
-                    if not state[sc.S_SEEN_TE]:
+                    if not state[fused.S_SEEN_TE]:
                         self._refuse_early(n_data)
-                    ev_start, ev_end = int(state[sc.S_EV_START]), int(state[sc.S_EV_END])
+                    ev_start, ev_end = int(state[fused.S_EV_START]), int(state[fused.S_EV_END])
                     if ev_start >= 0:
-                        # work index = text index + 1: the region is work[ev_start+1 : ev_end+1]
                         if int(arr[ev_start:ev_end].max()) >= 0x80:
                             _check_utf8(self.path, bytes(arr[ev_start:ev_end]), offset + ev_start)
-                        before, after = work[ev_start], work[ev_end + 1]
-                        work[ev_start], work[ev_end + 1] = 0x5B, 0x5D
-                        try:
-                            with gc_paused():
-                                batch = decode_events(
-                                    memoryview(work)[ev_start : ev_end + 2],
-                                    int(state[sc.S_EV_COUNT]),
-                                    n_events,
-                                    self.path,
-                                    scratch,
-                                )
-                        finally:
-                            work[ev_start], work[ev_end + 1] = before, after
+                        starts, ends, totals = scanner.spans()
+                        with gc_paused():
+                            batch = decode_spans(
+                                arr, starts, ends, totals, n_events, self.path, scratch
+                            )
                         n_events += batch.num_rows
                         self._account(batch)
                         yield batch
-                    clean = int(state[sc.S_CLEAN])
-                    full = int(state[sc.S_N_MEMBERS]) == sc.MAX_MEMBERS
+                    clean = int(state[fused.S_CLEAN])
+                    full = scanner.full()
                     del arr
                     if clean:
                         tail = n_data - clean
@@ -211,6 +204,14 @@ class KinetoTrace:
                 self.path,
                 f"traceEvents element {n_events} is not an object (byte {at}: {snippet!r})",
             )
+        if rc == fused.E_EVENT_JSON:
+            n_events += int(self._state_ev_count)
+            reason = fused.REASON_TEXT.get(int(self._reason), "invalid JSON")
+            raise MalformedTrace(
+                self.path,
+                f"invalid JSON in traceEvents element {n_events} at byte {at}: {reason} "
+                f"({snippet!r})",
+            )
         if rc == sc.E_DUPLICATE:
             raise MalformedTrace(self.path, f"a second traceEvents array at byte {at}")
         if rc == sc.E_TRAILING:
@@ -220,7 +221,7 @@ class KinetoTrace:
         raise MalformedTrace(self.path, f"invalid JSON at byte {at}: unexpected {snippet!r}")
 
     def _finish(self, buf: bytes, state: np.ndarray, offset: int, n_events: int) -> None:
-        phase = int(state[sc.S_PHASE])
+        phase = int(state[fused.S_PHASE])
         if phase == sc.P_START:
             if buf.strip() or offset:
                 raise NotKinetoTrace(self.path, "not JSON: no content")
@@ -228,13 +229,13 @@ class KinetoTrace:
         if phase != sc.P_END:
             where = (
                 f"inside traceEvents after {n_events} complete events"
-                if state[sc.S_SEEN_TE] and phase in (sc.P_ARRAY, sc.P_EVAFTER)
+                if state[fused.S_SEEN_TE] and phase in (sc.P_ARRAY, sc.P_EVAFTER)
                 else "inside the top-level object"
             )
             raise MalformedTrace(
                 self.path, f"truncated JSON: the text ends at byte {offset + len(buf)} {where}"
             )
-        if not state[sc.S_SEEN_TE]:
+        if not state[fused.S_SEEN_TE]:
             raise NotKinetoTrace(
                 self.path, describe_keys(list(self.meta.top_level), self._schema_text())
             )
