@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("LUMOS_SHARED", ROOT.parent / "shared"))
+# Resolved: CI links ../shared into place, and the warehouse records files by their real path.
+SHARED = Path(os.environ.get("LUMOS_SHARED", ROOT.parent / "shared")).resolve()
 SHARED_TRACES = SHARED / "traces"
 SHARED_OPBENCH = SHARED / "opbench"
 EXAMPLES = ROOT / "examples" / "traces"
