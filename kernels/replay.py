@@ -146,6 +146,14 @@ def _scan_stream(s, t, enq, proc_ptr, proc_list, launch_src, ts):  # noqa: ANN00
 
 
 @njit(cache=True)
+def _park(ts, wait_head, wait_next, w, g):  # noqa: ANN001, ANN202
+    """Task `w` waits for task `g` to end: push it on `g`'s list of waiters (rare path)."""
+    wait_next[w] = wait_head[g] if ts[g * _TS_WIDTH + 3] & _WAITERS else -1
+    wait_head[g] = w
+    ts[g * _TS_WIDTH + 3] |= _WAITERS
+
+
+@njit(cache=True)
 def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
     proc,
     proc_ptr,
@@ -308,11 +316,7 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
                         g = rt_src[w]
                         if g >= 0:
                             if (ts[g * _TS_WIDTH + 3] & 3) != 2:
-                                wait_next[w] = (
-                                    wait_head[g] if ts[g * _TS_WIDTH + 3] & _WAITERS else -1
-                                )
-                                wait_head[g] = w
-                                ts[g * _TS_WIDTH + 3] |= _WAITERS
+                                _park(ts, wait_head, wait_next, w, g)
                                 continue
                             v = ts[g * _TS_WIDTH + 1] + rt_lat[w]
                             if v > e:
@@ -328,11 +332,7 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
                             g = dev_tgt[p * max_s + k]
                             if g >= 0:
                                 if (ts[g * _TS_WIDTH + 3] & 3) != 2:
-                                    wait_next[w] = (
-                                        wait_head[g] if ts[g * _TS_WIDTH + 3] & _WAITERS else -1
-                                    )
-                                    wait_head[g] = w
-                                    ts[g * _TS_WIDTH + 3] |= _WAITERS
+                                    _park(ts, wait_head, wait_next, w, g)
                                     blocked = True
                                     break
                                 v = ts[g * _TS_WIDTH + 1] + rt_lat[w]
@@ -349,9 +349,7 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
                     elif m == _RT_EVENT:
                         r = rt_arg[w]
                         if (ts[r * _TS_WIDTH + 3] & 3) == 0:
-                            wait_next[w] = wait_head[r] if ts[r * _TS_WIDTH + 3] & _WAITERS else -1
-                            wait_head[r] = w
-                            ts[r * _TS_WIDTH + 3] |= _WAITERS
+                            _park(ts, wait_head, wait_next, w, r)
                             continue
                         if (
                             ts[r * _TS_WIDTH + 0] > e
@@ -363,11 +361,7 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
                         rt_src[w] = g
                         if g >= 0:
                             if (ts[g * _TS_WIDTH + 3] & 3) != 2:
-                                wait_next[w] = (
-                                    wait_head[g] if ts[g * _TS_WIDTH + 3] & _WAITERS else -1
-                                )
-                                wait_head[g] = w
-                                ts[g * _TS_WIDTH + 3] |= _WAITERS
+                                _park(ts, wait_head, wait_next, w, g)
                                 continue
                             v = ts[g * _TS_WIDTH + 1] + rt_lat[w]
                             if v > e:
