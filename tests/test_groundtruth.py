@@ -8,7 +8,6 @@ The torch tests skip when torch is missing, except under CI (`CI` set), where th
 
 from __future__ import annotations
 
-import gzip
 import importlib.util
 import json
 import os
@@ -16,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from trace_steps import check_measured, read_trace
 
 from lumos.groundtruth.config import ConfigError, default_grid, load_grid, make_config, parse_grid
 
@@ -31,14 +31,6 @@ def torch_ok() -> None:
         if os.environ.get("CI"):
             pytest.fail("torch is not installed; CI must install the train extra")
         pytest.skip("torch is not installed (pip install -e '.[train]')")
-
-
-def _read(path: Path) -> dict:
-    # Parsed independently of lumos.groundtruth, with the standard json module.
-    with gzip.open(path, "rt") as f:
-        doc = json.load(f)
-    assert isinstance(doc["traceEvents"], list), path
-    return doc
 
 
 def _run(tmp: Path, name: str, layout: str = "merged", repeat: int = 1, **kw) -> Path:
@@ -92,103 +84,7 @@ def _collectives(doc: dict) -> list[tuple[str, list]]:
 @pytest.mark.parametrize("mode", MODES)
 def test_traces_are_kineto_with_steps_and_rank(runs, mode):
     job = runs[mode]
-    measured = json.loads((job / "measured.json").read_text())
-    world = measured["config"]["world_size"]
-    traces = _traces(job)
-    assert sorted(traces) == list(range(world))
-    for rank, paths in traces.items():
-        steps = 0
-        for path in paths:
-            doc = _read(path)
-            assert doc["distributedInfo"]["rank"] == rank, path
-            assert doc["distributedInfo"]["world_size"] == world, path
-            assert doc["distributedInfo"]["backend"] == "gloo"
-            names = Counter(e.get("name") for e in doc["traceEvents"] if e.get("ph") == "X")
-            steps += sum(n for k, n in names.items() if str(k).startswith("ProfilerStep#"))
-            assert names["optimizer"] >= 1 and names["forward_mb1"] >= 1, path
-            assert names["backward_mb0"] >= 1, path
-            assert any(str(k).startswith("layer_") for k in names), path
-        assert steps == measured["control"]["repeat"], (mode, rank)
-    if mode == "tp2":  # layout "cycles": the profiler's own files, one directory per cycle
-        assert (job / "cycle-0" / "rank-1.pt.trace.json.gz").exists()
-    else:
-        assert (job / "rank-0.pt.trace.json.gz").exists()
-
-
-@pytest.mark.parametrize("mode", ["dp2", "tp2"])
-def test_collectives_match_across_ranks(runs, mode):
-    per_rank = [_collectives(_read(p)) for p in (_traces(runs[mode])[r][0] for r in (0, 1))]
-    assert per_rank[0], f"{mode}: no c10d collectives in the trace"
-    assert per_rank[0] == per_rank[1]
-    if mode == "dp2":
-        # DDP all-reduces the gradients once per step (the micro-batches before use no_sync).
-        assert [n for n, _ in per_rank[0]] == ["c10d::allreduce_"]
-    else:
-        # Two all-reduces per layer forward (attention, MLP) and two backward, per micro-batch.
-        expected = 4 * TINY["layers"] * TINY["num_micro_batches"]
-        assert [n for n, _ in per_rank[0]] == ["c10d::allreduce_"] * expected
-
-
-@pytest.mark.parametrize("mode", ["pp2_1f1b", "pp2_gpipe"])
-def test_pipeline_sends_match_receives(runs, mode):
-    r0, r1 = (_collectives(_read(_traces(runs[mode])[r][0])) for r in (0, 1))
-
-    def kind(ops, name):
-        return [dims for n, dims in ops if n == name]
-
-    # Activations go 0 -> 1 and gradients 1 -> 0, once per micro-batch, in the same order.
-    assert len(kind(r0, "c10d::send")) == TINY["num_micro_batches"]
-    assert kind(r0, "c10d::send") == kind(r1, "c10d::recv_")
-    assert kind(r1, "c10d::send") == kind(r0, "c10d::recv_")
-    order0 = [n for n, _ in r0]
-    if mode == "pp2_gpipe":  # all forwards' sends before any backward's receive
-        assert order0 == ["c10d::send"] * 2 + ["c10d::recv_"] * 2
-    annotations = {e["name"] for e in _read(_traces(runs[mode])[0][0])["traceEvents"]}
-    assert ("Forward 0" in annotations) == (mode == "pp2_gpipe")
-
-
-def _profiler_steps(path: Path) -> dict[int, tuple[int, int]]:
-    """ProfilerStep n -> (span, idle head + tail): the time inside the span before its main
-    thread's first op starts and after its last op ends, in ns."""
-    doc = _read(path)
-    out = {}
-    for st in doc["traceEvents"]:
-        if st.get("ph") != "X" or not str(st.get("name", "")).startswith("ProfilerStep#"):
-            continue
-        a, b = float(st["ts"]), float(st["ts"]) + float(st["dur"])
-        inner = [
-            (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
-            for e in doc["traceEvents"]
-            if e.get("ph") == "X"
-            and e.get("tid") == st["tid"]
-            and e is not st
-            and a <= float(e["ts"]) <= b
-        ]
-        idle = min(s for s, _ in inner) - a + b - max(t for _, t in inner)
-        out[int(st["name"].split("#")[1])] = (round((b - a) * 1000), round(idle * 1000))
-    return out
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_measured_agrees_with_profiler_steps(runs, mode):
-    """The step timer starts after the ProfilerStep annotation opens and stops before it closes,
-    with no op in between, so: span >= wall (50 us slack for the two clocks' rounding), and the
-    excess span - wall fits inside the span's idle head and tail (what the trace shows before
-    its first op and after its last). The excess is ~50 us (one annotation enter/exit and a Python
-    call) unless the process is preempted in that window on two busy cores; a wall time taken
-    around anything else (a missed phase, another step) would put ops inside the excess."""
-    job = runs[mode]
-    measured = json.loads((job / "measured.json").read_text())
-    assert len(measured["traced"]["steps"]) == measured["control"]["repeat"]
-    for step in measured["traced"]["steps"]:
-        for r in step["ranks"]:
-            span, idle = _profiler_steps(job / r["trace"])[r["profiler_step"]]
-            assert r["profiler_step_span_ns"] == span
-            assert -50_000 <= span - r["wall_ns"] <= idle + 50_000, r
-        assert step["wall_ns"] == max(r["wall_ns"] for r in step["ranks"])
-    spread = measured["traced"]["step"]
-    walls = sorted(s["wall_ns"] for s in measured["traced"]["steps"])
-    assert spread["min"] == walls[0] and spread["max"] == walls[-1]
+    measured = check_measured(job)
     un = measured["unprofiled"]
     assert un["step"]["n"] == CONTROL["steps"] and len(un["wall_ns"]) == CONTROL["steps"]
     assert all(v > 0 for v in un["wall_ns"])
@@ -209,7 +105,7 @@ def test_parallel_modes_compute_the_same_losses(runs):
 
 
 def test_merged_trace_keeps_cycles_apart(runs):
-    doc = _read(runs["single"] / "rank-0.pt.trace.json.gz")
+    doc = read_trace(runs["single"] / "rank-0.pt.trace.json.gz")
     assert len(doc["lumosCycles"]) == 2
     assert len({c["trace_id"] for c in doc["lumosCycles"]}) == 2
     idx = [e["args"]["Ev Idx"] for e in doc["traceEvents"] if "Ev Idx" in e.get("args", {})]

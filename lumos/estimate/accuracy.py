@@ -44,7 +44,9 @@ def corpus_jobs(corpus: Path) -> list[Path]:
 def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[dict[str, Any]]:
     """One row per configuration: predicted vs measured median traced step, error, spread."""
     from lumos.api import Warehouse
+    from lumos.estimate.comm import CommModel
     from lumos.estimate.estimator import Estimator
+    from lumos.estimate.fleet import Contention
 
     jobs = corpus_jobs(corpus)
     if not any(j.name == base for j in jobs):
@@ -57,12 +59,22 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
     est = Estimator.open(warehouse, base)
     rows = []
     for j in jobs:
+        # what the fleet teaches (collective costs, contention) is learned without the run
+        # being predicted
+        held_out = [j.name] if j.name != base else []
+        fleet = Estimator(
+            est.tpl,
+            est.base,
+            CommModel.calibrate(wh, base, exclude=held_out),
+            est.base_notes,
+            Contention.calibrate(wh, base, exclude=held_out),
+        )
         m = measured(j)
         cfg = {k: m["config"][k] for k in CONFIG_KEYS if k in m["config"]}
         if cfg.get("ffn") == 0:
             cfg["ffn"] = 4 * cfg["hidden"]
-        target = est.target(cfg, f"{j}/measured.json")
-        pred = est.predict([target], parallel=False)[0]
+        target = fleet.target(cfg, f"{j}/measured.json")
+        pred = fleet.predict([target], parallel=False)[0]
         step = m["traced"]["step"]
         err = (pred.predicted_ns - step["median"]) / step["median"]
         rows.append(
@@ -75,6 +87,7 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
                 "min_ms": step["min"] / 1e6,
                 "max_ms": step["max"] / 1e6,
                 "in_interval": pred.interval_ns[0] <= step["median"] <= pred.interval_ns[1],
+                "warnings": len(pred.warnings),
             }
         )
     return rows

@@ -11,6 +11,7 @@ bytes); without samples it falls back to defaults per device kind and says so in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,11 +61,15 @@ class CommModel:
         coef, *_ = np.linalg.lstsq(a_mat, per_step_ns.astype(float), rcond=None)
         if coef[1] <= 0:
             return None
+        if coef[0] < 0:  # the sizes put the line below the origin: bandwidth alone, through it
+            slope = float(np.dot(nbytes, per_step_ns) / np.dot(nbytes, nbytes))
+            return cls(1.0, 1.0 / slope, source) if slope > 0 else None
         return cls(max(float(coef[0]), 1.0), 1.0 / float(coef[1]), source)
 
     @classmethod
-    def calibrate(cls, wh: Any, job: str) -> CommModel:
-        """Fit on the warehouse's all-reduces on the same kind of device, else the defaults."""
+    def calibrate(cls, wh: Any, job: str, exclude: Sequence[str] = ()) -> CommModel:
+        """Fit on the warehouse's all-reduces on the same kind of device (leaving out the jobs
+        in `exclude`), else the defaults."""
         import duckdb
 
         import lumos_sql
@@ -74,7 +79,9 @@ class CommModel:
         except duckdb.Error:
             return cls.default()
         try:
-            rows = con.execute(lumos_sql.load("estimate/comm_samples"), {"job": job}).fetchall()
+            rows = con.execute(
+                lumos_sql.load("estimate/comm_samples"), {"job": job, "exclude": list(exclude)}
+            ).fetchall()
         except duckdb.Error:
             rows = []
         finally:
@@ -84,18 +91,31 @@ class CommModel:
         if rows:
             kind = rows[-1][3] or "cpu"
         if samples:
-            # a ring all-reduce of n ranks: 2(n-1) steps of bytes/n each
-            n = np.array([max(int(s[0]), 2) for s in samples], float)
-            nbytes = np.array([float(s[1]) for s in samples]) / n
-            t = np.array([float(s[2]) for s in samples]) / (2 * (n - 1))
-            m = cls.fit(nbytes, t, "warehouse all-reduces")
+            m = cls._fit_samples(samples)
             if m is not None:
-                m.notes = [
-                    f"collective costs fitted on {len(samples)} all-reduce(s) in the warehouse "
-                    f"(alpha {m.alpha_ns / 1e3:.1f} us, {m.bw_bytes_per_ns:.2f} GB/s)"
-                ]
                 return m
         return cls.default("cpu" if kind == "cpu" else "gpu")
+
+    @classmethod
+    def _fit_samples(cls, samples: list[tuple[Any, int, int]]) -> CommModel | None:
+        """Fit on the lower quartile of each (group size, message size): a collective's own cost
+        is its least inflated instance; waiting for a late peer or for a core only adds."""
+        groups: dict[tuple[int, int], list[float]] = {}
+        for n, nbytes, t in samples:
+            groups.setdefault((max(int(n or 2), 2), int(nbytes)), []).append(float(t))
+        keys = sorted(groups)
+        # a ring all-reduce of n ranks: 2(n-1) steps of bytes/n each
+        n = np.array([k[0] for k in keys], float)
+        per_step_bytes = np.array([k[1] for k in keys], float) / n
+        t = np.array([np.percentile(groups[k], 25) for k in keys]) / (2 * (n - 1))
+        m = cls.fit(per_step_bytes, t, "warehouse all-reduces")
+        if m is None:
+            return None
+        m.notes = [
+            f"collective costs fitted on {len(samples)} all-reduce(s) of {len(keys)} size(s) in "
+            f"the warehouse (alpha {m.alpha_ns / 1e3:.1f} us, {m.bw_bytes_per_ns:.2f} GB/s)"
+        ]
+        return m
 
 
 def _elements(dims_json: str) -> int:

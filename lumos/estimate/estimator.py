@@ -31,6 +31,7 @@ import numpy as np
 from lumos.estimate.comm import CommModel
 from lumos.estimate.compress import CompressedGraph, compress
 from lumos.estimate.config import ConfigError, ModelConfig, parse_overrides
+from lumos.estimate.fleet import Contention
 from lumos.estimate.layers import ROLE, ROLES, Template, extract_template, template_path
 from lumos.estimate.memory import estimate_memory
 from lumos.estimate.retime import (
@@ -145,7 +146,14 @@ def _speed_vector(speed: Mapping[str, float], pp: int) -> np.ndarray:
 class Estimator:
     """Predicts configurations of one base job."""
 
-    def __init__(self, tpl: Template, base: ModelConfig, comm: CommModel, base_notes: list[str]):
+    def __init__(
+        self,
+        tpl: Template,
+        base: ModelConfig,
+        comm: CommModel,
+        base_notes: list[str],
+        contention: Contention | None = None,
+    ):
         if base.pp != 1:
             base_notes = [
                 *base_notes,
@@ -154,6 +162,7 @@ class Estimator:
         self.tpl = tpl
         self.base = base
         self.comm = comm
+        self.contention = contention or Contention(notes=["contention not modelled"])
         self.base_notes = base_notes
         fixed, self.overheads = split_fixed(tpl, base)
         self.fixed = fixed
@@ -190,12 +199,16 @@ class Estimator:
         tpl = Template.load(template_path(wh_root, job))
         cached = json.loads(paths["base"].read_text())
         c = json.loads(paths["comm"].read_text())
+        if "contention" not in c:  # a cache written before contention was modelled
+            _build_cache(wh_root, job)
+            c = json.loads(paths["comm"].read_text())
         comm = CommModel(c["alpha_ns"], c["bw_bytes_per_ns"], c["source"], c["notes"])
         base = ModelConfig(**cached["config"])
         if base_overrides:
             base = base.replace(**dict(base_overrides))
         base.validate("base configuration")
-        return cls(tpl, base, comm, list(cached.get("warnings", [])))
+        contention = Contention.from_dict(c["contention"])
+        return cls(tpl, base, comm, list(cached.get("warnings", [])), contention)
 
     # --- per configuration arrays --------------------------------------------------------------
     def _coeffs(
@@ -222,7 +235,15 @@ class Estimator:
         add[cls_recv(pp)] = self.comm.p2p_ns(tokens_bytes)
         add[cls_send(pp)] = self.comm.send_ns()
         sp = _speed_vector(speed, pp)
-        return mult * sp, add * sp, sp, ratio
+        # ranks sharing the device slow every CPU op (not the modelled collectives)
+        cpu = np.ones(nc)
+        cpu[:N_ROLES] = cpu[[cls_opt(s) for s in range(pp)]] = self.cpu_scale(cfg)
+        return mult * sp * cpu, add * sp, sp * cpu, ratio
+
+    def cpu_scale(self, cfg: ModelConfig) -> float:
+        """Contention of cfg's world size relative to the base's (4 digits: a graph key)."""
+        scale, _ = self.contention.scale(_world(self.base), _world(cfg))
+        return round(scale, 4)
 
     def structure(self, cfg: ModelConfig) -> Structure:
         return Structure(
@@ -232,6 +253,7 @@ class Estimator:
             pp_schedule=cfg.pp_schedule,
             tp=cfg.tp,
             dp=1 if cfg.dp == 1 else 2,
+            cpu_scale=self.cpu_scale(cfg),
         )
 
     def graph(self, s: Structure) -> EditedGraph:
@@ -251,6 +273,9 @@ class Estimator:
         out = extrapolation(ratio, self._used_mask)
         if cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1:
             out += [n for n in self.comm.notes if n not in out]
+        if _world(cfg) != _world(self.base):
+            _, warn = self.contention.scale(_world(self.base), _world(cfg))
+            out += warn
         if cfg.layers > 4 * self.base.layers:
             out.append(f"layers {cfg.layers} more than 4x the base's {self.base.layers}")
         return out
@@ -352,6 +377,10 @@ class Estimator:
         return self.base.replace(**dict(overrides)).validate(where)
 
 
+def _world(cfg: ModelConfig) -> int:
+    return cfg.dp * cfg.pp * cfg.tp
+
+
 def template_dir(root: Path, job: str) -> Path:
     return template_path(root, job).parent
 
@@ -380,5 +409,6 @@ def _build_cache(root: Path, job: str) -> None:
             "bw_bytes_per_ns": comm.bw_bytes_per_ns,
             "source": comm.source,
             "notes": comm.notes,
+            "contention": Contention.calibrate(wh, job).to_dict(),
         },
     )

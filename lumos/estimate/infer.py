@@ -680,10 +680,16 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
         f.set("pp_schedule", "gpipe", 0.9, "GPipe schedule's own 'Forward <m>' annotations")
     else:
         first = min(ranks)
-        fw, bw = fwd_first.get(first, {}), bwd_first.get(first, {})
-        if fw and bw:
-            interleaved = min(bw.values()) < max(fw.values())
-            how = "first backward_mb before the last forward_mb on rank " + str(first)
+        # 1F1B's last stage interleaves from its first micro-batch on (no warm-up forwards);
+        # earlier stages look like GPipe when there are no more micro-batches than stages
+        marked = [rk for rk in sorted(ranks) if fwd_first.get(rk) and bwd_first.get(rk)]
+        if marked:
+            inter = [
+                rk for rk in marked if min(bwd_first[rk].values()) < max(fwd_first[rk].values())
+            ]
+            interleaved = bool(inter)
+            shown = inter[0] if inter else marked[-1]
+            how = "first backward_mb before the last forward_mb on rank " + str(shown)
         else:
             st = steps.get(first, [])
             t0 = st[0] if st else -(1 << 62)
@@ -694,7 +700,7 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
             )
             how = f"autograd backward vs last forward attention op in step 1 of rank {first}"
         sched = "1f1b" if interleaved else "gpipe"
-        conf = 0.8 if n_mb > pp else 0.4  # with m <= pp both schedules look the same
+        conf = 0.8 if n_mb > pp or interleaved else 0.4
         f.set("pp_schedule", sched, conf, how + (" (interleaved)" if interleaved else ""))
 
     if vocab:

@@ -57,6 +57,7 @@ class Structure:
     pp_schedule: str = "1f1b"
     tp: int = 1
     dp: int = 1
+    cpu_scale: float = 1.0  # contention of the target's world vs the base's (scales CPU gaps)
 
 
 def n_classes(pp: int) -> int:
@@ -148,12 +149,32 @@ class _Blocks:
                 if bwd
                 else (ROLE["gemm_out"], ROLE["gemm_down"])
             )
-            cut = np.flatnonzero(np.isin(self.tpl.role[ids], after))
+            cut = _run_ends(self.tpl.role[ids], after, transparent=(ROLE["param_l"],))
             starts = np.concatenate([[0], cut + 1])[: cut.size].astype(int)
             pieces = [ids[a : c + 1] for a, c in zip(starts, cut, strict=True)]
             rest = ids[cut[-1] + 1 :] if cut.size else ids
             got = self._pieces[(key, m, ly)] = (pieces, rest)
         return got
+
+
+def _run_ends(role: np.ndarray, roles: tuple[int, ...], transparent: tuple[int, ...]) -> np.ndarray:
+    """Positions of the last op of each run of one role in `roles`, where ops of a
+    `transparent` role do not break a run. One linear's backward is such a run (view, addmm/mm,
+    transpose backward, with the weight's AccumulateGrad interleaved): it takes one all-reduce."""
+    ends: list[int] = []
+    cur, last = -1, -1
+    for i, r in enumerate(role.tolist()):
+        if r in transparent:
+            continue
+        if r != cur and last >= 0:
+            ends.append(last)
+            last = -1
+        cur = r
+        if r in roles:
+            last = i
+    if last >= 0:
+        ends.append(last)
+    return np.array(ends, np.int64)
 
 
 def _schedule(kind: str, stage: int, pp: int, m: int) -> list[tuple[str, int]]:
@@ -286,9 +307,10 @@ def _assemble(
     cls = np.where(has, role, seg_cls)
     cls = np.where(has & (phase == 2) & (role == ROLE["opt"]), seg_cls, cls)
     stage = np.repeat(np.arange(len(stages), dtype=np.int64), np.diff(off))
-    delay = np.where(tpl_idx >= 0, tpl.gap_ns[np.maximum(tpl_idx, 0)], 0).astype(np.int64)
+    gap = np.where(tpl_idx >= 0, tpl.gap_ns[np.maximum(tpl_idx, 0)], 0)
+    delay = np.rint(gap * s.cpu_scale).astype(np.int64)
     for si, st in enumerate(stages):
-        delay[off[si] + st.marks[("end", 0)]] = tpl.end_gap_ns
+        delay[off[si] + st.marks[("end", 0)]] = round(tpl.end_gap_ns * s.cpu_scale)
     if xedges:
         x = np.array(xedges, np.int64)
         src = off[x[:, 0]] + x[:, 1]

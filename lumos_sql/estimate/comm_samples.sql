@@ -3,6 +3,7 @@
 -- annotation per rank (its duration includes waiting for the peers); the k-th on each rank of a
 -- job is one collective (order within the job, as lumos/replay/collectives.py matches them), and
 -- the fastest rank's duration is the one least inflated by waiting.
+-- Jobs named in $exclude are left out (accuracy checks predict a job without learning from it).
 -- Columns: group size (world size of the job), message elements (first input's dims), its
 -- duration (ns), the device kind ('cpu' or 'gpu').
 WITH dev AS (
@@ -11,7 +12,7 @@ WITH dev AS (
 ), jobs AS (
     SELECT t.job, max(t.world_size) AS world,
            CASE WHEN any_value(t.device) = 'cpu' THEN 'cpu' ELSE 'gpu' END AS kind
-    FROM traces AS t WHERE t.status = 'ok' GROUP BY t.job
+    FROM traces AS t WHERE t.status = 'ok' AND NOT list_contains($exclude, t.job) GROUP BY t.job
 ), ar AS (
     SELECT e.job, e.rank, e.input_dims, e.dur_ns,
            row_number() OVER (PARTITION BY e.job, e.rank ORDER BY e.ts_ns, e.event_idx) AS k

@@ -1,0 +1,64 @@
+-- contention: how much slower the same operator runs when a job's ranks share one device, learned
+-- from the warehouse's own jobs (lumos/estimate/fleet.py). CPU ranks of one job share the host's
+-- cores, caches and memory bandwidth, so an op of identical name and input shapes takes longer in
+-- a 2-rank job than in a single-rank one on the same device. Per multi-rank job: the time-weighted
+-- ratio of its ops' median durations to the single-rank jobs' medians of the same (name, shapes),
+-- over the slots of top-level compute ops only (collectives and their waits are the comm model's). Jobs named in
+-- $exclude are left out (accuracy checks predict a job without learning from it).
+-- Columns: world size, job, ratio, matched op keys, matched time share of the job's op time.
+WITH jobs AS (
+    SELECT job, any_value(device) AS device, max(world_size) AS world
+    FROM traces
+    WHERE status = 'ok' AND NOT list_contains($exclude, job)
+    GROUP BY job
+), dev AS (
+    SELECT device FROM jobs WHERE job = $job
+    UNION ALL
+    SELECT any_value(device) FROM traces WHERE job = $job AND status = 'ok'
+), raw AS (
+    SELECT e.job, e.rank, e.tid, e.event_idx, e.name, coalesce(e.input_dims, '') AS dims,
+           e.ts_ns, e.ts_ns + e.dur_ns AS end_ns
+    FROM events AS e
+    JOIN jobs AS j USING (job)
+    WHERE j.device = (SELECT any_value(device) FROM dev) AND e.cat = 'cpu_op' AND e.ph = 'X'
+), top AS (
+    -- top level = not nested in an earlier op of the same thread (running max of end times)
+    SELECT *, coalesce(ts_ns >= max(end_ns) OVER (
+               PARTITION BY job, rank, tid ORDER BY ts_ns, event_idx
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true) AS is_top
+    FROM raw
+), slots AS (
+    -- an op's slot runs to the next top-level op's start: its duration plus the Python and
+    -- dispatch time after it, which sharing the cores slows as much as the op itself
+    SELECT job, name, dims,
+           lead(ts_ns) OVER (PARTITION BY job, rank, tid ORDER BY ts_ns, event_idx) - ts_ns AS slot
+    FROM top WHERE is_top
+), ops AS (
+    SELECT job, name, dims, slot AS dur_ns FROM slots
+    -- only ops whose shapes are recorded: a backward function's name alone matches ops of other
+    -- sizes in other jobs
+    WHERE slot > 0 AND regexp_matches(dims, '[0-9]') AND name NOT LIKE 'c10d::%' AND name NOT LIKE '%nccl%'
+      AND name NOT LIKE 'gloo:%'
+), per_job AS (
+    SELECT job, name, dims, count(*) AS n, median(dur_ns) AS med
+    FROM ops GROUP BY job, name, dims
+), single AS (
+    SELECT p.name, p.dims, median(p.med) AS med
+    FROM per_job AS p JOIN jobs AS j USING (job)
+    WHERE j.world = 1
+    GROUP BY p.name, p.dims
+), multi AS (
+    SELECT j.world, p.job, sum(p.n * p.med) AS t_multi, sum(p.n * s.med) AS t_single,
+           count(*) AS n_keys
+    FROM per_job AS p
+    JOIN jobs AS j USING (job)
+    JOIN single AS s USING (name, dims)
+    WHERE j.world > 1
+    GROUP BY j.world, p.job
+), totals AS (
+    SELECT job, sum(n * med) AS t_all FROM per_job GROUP BY job
+)
+SELECT m.world, m.job, m.t_multi / m.t_single AS ratio, m.n_keys, m.t_multi / t.t_all AS share
+FROM multi AS m JOIN totals AS t USING (job)
+WHERE m.t_single > 0
+ORDER BY m.world, m.job;

@@ -1,0 +1,73 @@
+"""What the estimator learns from the warehouse's other jobs: co-location contention (rows as
+`lumos_sql/estimate/contention.sql` returns them, and the SQL itself on a real corpus job pair),
+the robust collective-cost fit, and one TP all-reduce per linear."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lumos.estimate.comm import CommModel
+from lumos.estimate.fleet import Contention
+from lumos.estimate.layers import ROLE
+from lumos.estimate.transforms import _run_ends
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+
+
+def test_contention_factor_by_world():
+    rows = [
+        (2, "a", 1.2, 50, 0.9),
+        (2, "b", 1.4, 50, 0.95),
+        (2, "c", 1.3, 50, 0.9),
+        (2, "tp", 0.6, 10, 0.3),  # matched too little of its time: ignored
+        (4, "d", 2.0, 40, 0.8),
+    ]
+    c = Contention.from_rows(rows)
+    assert c.factor(1) == (1.0, None)
+    assert c.factor(2) == (1.3, None)
+    assert c.jobs[2] == ["a", "b", "c"]
+    f, warn = c.factor(8)  # not seen: the largest smaller world's, flagged
+    assert f == 2.0 and "world 8" in warn
+    scale, warns = c.scale(2, 4)
+    assert scale == pytest.approx(2.0 / 1.3) and warns == []
+    assert Contention.from_rows([]).factor(2)[1]  # nothing learned: 1, and said so
+    assert Contention.from_dict(c.to_dict()).by_world == c.by_world
+
+
+def test_collective_fit_uses_least_inflated_instances():
+    # ring all-reduce of 2 ranks: per step alpha + (bytes/2)/bw; alpha 50 us, bw 1 byte/ns
+    alpha, bw = 50_000.0, 1.0
+    samples = []
+    for nbytes in (1 << 20, 4 << 20):
+        clean = 2 * (alpha + nbytes / 2 / bw)
+        # most instances inflated by waiting for a late peer, a quarter clean
+        samples += [(2, nbytes, clean)] * 3 + [(2, nbytes, clean * f) for f in (3, 5, 8, 2, 4)]
+    m = CommModel._fit_samples(samples)
+    assert m.alpha_ns == pytest.approx(alpha, rel=0.05)
+    assert m.bw_bytes_per_ns == pytest.approx(bw, rel=0.05)
+
+
+def test_one_tp_allreduce_per_linear():
+    # a layer's backward as autograd runs it: each linear is view / addmm / T backward with the
+    # weight's AccumulateGrad interleaved; up and qkv take the all-reduce (column-parallel)
+    p, up, qkv, tok = ROLE["param_l"], ROLE["gemm_up"], ROLE["gemm_qkv"], ROLE["tok_h"]
+    role = np.array([tok, up, up, p, up, p, up, tok, p, qkv, qkv, p, qkv, qkv, tok, p])
+    ends = _run_ends(role, (up, qkv), transparent=(p,))
+    assert ends.tolist() == [6, 13]
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="corpus not checked out")
+def test_contention_sql_on_real_jobs(tmp_path):
+    """dp2 runs base's exact per-rank work on two ranks of the same host: its ops are slower."""
+    from lumos.api import Warehouse
+
+    wh = Warehouse.open(tmp_path / "wh", create=True)
+    for job in ("base", "dp2"):
+        wh.ingest([str(CORPUS / job)], job=job)
+    c = Contention.calibrate(wh, "base")
+    assert c.jobs == {2: ["dp2"]}
+    assert 1.05 < c.by_world[2] < 2.0, c.notes
+    assert Contention.calibrate(wh, "base", exclude=["dp2"]).by_world == {}
