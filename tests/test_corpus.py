@@ -114,3 +114,21 @@ def test_estimation_accuracy(corpus_wh, base):
     parallel = [r for r in rows if r["config"] not in SHAPE_CHANGES]
     assert all(r["warnings"] >= 1 for r in parallel), "fleet-learned costs must be flagged"
     assert all(r["predicted_ms"] > 0 for r in rows)
+
+
+def test_spread_and_accuracy_commands(corpus_wh, capsys, tmp_path):
+    from lumos.cli import main
+
+    assert main(["groundtruth", "spread", str(CORPUS)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split() for line in out[1:]}
+    assert set(rows) == {j.name for j in corpus_jobs(CORPUS)}
+    m = measured(CORPUS / "dp2")["traced"]["step"]
+    assert float(rows["dp2"][3]) == pytest.approx(m["median"] / 1e6, abs=0.01)
+    assert main(["groundtruth", "spread", str(tmp_path)]) == 2
+    assert "no job folder" in capsys.readouterr().err
+    assert main(["groundtruth", "accuracy", str(CORPUS), "--warehouse", str(corpus_wh)]) == 0
+    out = capsys.readouterr().out
+    assert "mean |error|" in out and "tp2" in out
+    assert main(["groundtruth", "accuracy", str(CORPUS), "--base", "nope", "--warehouse",
+                 str(corpus_wh)]) == 2  # fmt: skip

@@ -1,5 +1,7 @@
 """`lumos groundtruth run`: profile real GPT training runs on the CPU, one job directory per
-configuration (issue 4). Needs the `train` extra (torch)."""
+configuration (issue 4; needs the `train` extra, torch). `lumos groundtruth spread DIR`: the
+noise floor of each configuration. `lumos groundtruth accuracy DIR --base NAME`: predict every
+configuration of a corpus from one base job and compare with its median traced step."""
 
 from __future__ import annotations
 
@@ -38,6 +40,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--only", nargs="+", metavar="NAME", help="run only these configurations")
     run.set_defaults(func=_run)
+    spread = sub.add_parser(
+        "spread",
+        help="the noise floor: spread of each configuration's steps",
+        description="For every job folder of DIR (with a measured.json): n, min, median, max and "
+        "coefficient of variation of its traced steps (the ProfilerStep wall time, slowest rank) "
+        "and of its unprofiled steps.",
+    )
+    spread.add_argument("dir", type=Path, metavar="DIR", help="output of `groundtruth run`")
+    spread.set_defaults(func=_spread)
+    acc = sub.add_parser(
+        "accuracy",
+        help="predict every configuration of a corpus from one base and compare",
+        description="Ingest DIR's jobs into the warehouse (if not there yet), predict every "
+        "configuration from the base job's trace, and print predicted vs the median traced "
+        "step with the run's own spread. Collective costs and contention are learned from the "
+        "warehouse without the job being predicted.",
+    )
+    acc.add_argument("dir", type=Path, metavar="DIR", help="output of `groundtruth run`")
+    acc.add_argument("--base", default="base", help="the base job's folder name (default base)")
+    acc.add_argument(
+        "--warehouse", type=Path, help="warehouse directory (default: $LUMOS_WAREHOUSE)"
+    )
+    acc.set_defaults(func=_accuracy)
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
 
 
@@ -75,4 +100,56 @@ def _run(args: argparse.Namespace) -> int:
     except RunFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _spread(args: argparse.Namespace) -> int:
+    from lumos.estimate.accuracy import corpus_jobs, measured
+
+    if not args.dir.is_dir():
+        print(f"error: {args.dir}: not a directory", file=sys.stderr)
+        return 2
+    jobs = corpus_jobs(args.dir)
+    if not jobs:
+        print(f"error: {args.dir}: no job folder with a measured.json", file=sys.stderr)
+        return 2
+    print(
+        f"{'config':>22} {'n':>3} {'min ms':>8} {'median':>8} {'max ms':>8} {'cv %':>6}  unprofiled median (cv %)"
+    )
+    for job in jobs:
+        try:
+            m = measured(job)
+            t, u = m["traced"]["step"], m["unprofiled"]["step"]
+        except (ValueError, KeyError) as exc:
+            print(f"error: {job}: {exc}", file=sys.stderr)
+            return 1
+        print(
+            f"{job.name:>22} {t['n']:>3} {t['min'] / 1e6:8.2f} {t['median'] / 1e6:8.2f} "
+            f"{t['max'] / 1e6:8.2f} {100 * t['cv']:6.1f}  {u['median'] / 1e6:8.2f} "
+            f"({100 * u['cv']:.1f})"
+        )
+    return 0
+
+
+def _accuracy(args: argparse.Namespace) -> int:
+    from lumos.estimate.accuracy import corpus_accuracy
+
+    try:
+        rows = corpus_accuracy(args.dir, args.warehouse, base=args.base)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"from {args.base}:")
+    print(f"{'config':>22} {'predicted':>10} {'measured':>10} {'error':>8} {'cv':>6}  in interval")
+    for r in rows:
+        print(
+            f"{r['config']:>22} {r['predicted_ms']:8.2f}ms {r['measured_ms']:8.2f}ms "
+            f"{r['error_pct']:+7.1f}% {r['cv_pct']:5.1f}%  {'yes' if r['in_interval'] else 'no'}"
+        )
+    errors = [abs(r["error_pct"]) for r in rows if r["config"] != args.base]
+    if errors:
+        print(
+            f"mean |error| {sum(errors) / len(errors):.1f}%, max {max(errors):.1f}% "
+            f"over {len(errors)} configuration(s) other than the base"
+        )
     return 0
