@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from lumos.estimate.chain import chain_replay
+from lumos.estimate.estimator import ddp_buckets
 from lumos.estimate.layers import BLOCK, ROLE, Template
 from lumos.estimate.transforms import (
     N_ROLES,
@@ -14,6 +15,8 @@ from lumos.estimate.transforms import (
     TransformError,
     build,
     cls_dp_ar,
+    cls_dp_early,
+    cls_opt,
     cls_recv,
     cls_send,
     cls_tp_ar,
@@ -130,6 +133,29 @@ def test_data_parallel_allreduce_before_optimizer():
     eg, dur, start, end = _run(tpl, Structure(layers=2, dp=2), {cls_dp_ar(1, 0): 11})
     i = int(np.flatnonzero(eg.cls == cls_dp_ar(1, 0))[0])
     assert (start[i], end[i]) == (60, 71) and end.max() == 76
+
+
+def test_data_parallel_buckets_overlap_the_last_backward():
+    # F [0,10] [10,20]; B layer 1 [20,40], layer 0 [40,60]; the earlier buckets start after the
+    # first layer's backward on the communication processor, the last bucket after the backward
+    tpl = _template()
+    for early, last_bucket, opt in ((15, (60, 71), (71, 76)), (30, (70, 81), (81, 86))):
+        comm = {cls_dp_early(1, 0): early, cls_dp_ar(1, 0): 11}
+        eg, dur, start, end = _run(tpl, Structure(layers=2, dp=2), comm)
+        a = int(np.flatnonzero(eg.cls == cls_dp_early(1, 0))[0])
+        b = int(np.flatnonzero(eg.cls == cls_dp_ar(1, 0))[0])
+        o = int(np.flatnonzero(eg.cls == cls_opt(0))[0])
+        assert (start[a], end[a]) == (40, 40 + early)
+        assert (start[b], end[b]) == last_bucket and (start[o], end[o]) == opt
+        assert eg.graph.proc[a] == eg.graph.proc[b] != eg.graph.proc[o]
+
+
+def test_ddp_buckets():
+    mib = 1 << 20
+    assert ddp_buckets(0.5 * mib) == (0.0, 0.5 * mib)
+    assert ddp_buckets(4 * mib) == (mib, 3 * mib)
+    assert ddp_buckets(26 * mib) == (mib, 25 * mib)
+    assert ddp_buckets(30 * mib) == (26 * mib, 4 * mib)
 
 
 def test_bad_structures_are_refused():

@@ -49,6 +49,7 @@ from lumos.estimate.transforms import (
     Structure,
     build,
     cls_dp_ar,
+    cls_dp_early,
     cls_opt,
     cls_recv,
     cls_send,
@@ -128,7 +129,8 @@ def split_speedups(
 
 def _speed_vector(speed: Mapping[str, float], pp: int) -> np.ndarray:
     out = np.ones(n_classes(pp))
-    comm = [cls_tp_ar(pp), cls_recv(pp), cls_send(pp)] + [cls_dp_ar(pp, s) for s in range(pp)]
+    comm = [cls_tp_ar(pp), cls_recv(pp), cls_send(pp)]
+    comm += [cls_dp_ar(pp, s) for s in range(pp)] + [cls_dp_early(pp, s) for s in range(pp)]
     for name, f in speed.items():
         if name == "all":
             out /= f
@@ -229,9 +231,9 @@ class Estimator:
         tokens_bytes = cfg.micro_batch * cfg.seq * cfg.hidden * cfg.dtype_bytes
         add[cls_tp_ar(pp)] = self.comm.allreduce_ns(tokens_bytes, cfg.tp)
         for s in range(pp):
-            add[cls_dp_ar(pp, s)] = self.comm.allreduce_ns(
-                stage_params[s] * cfg.dtype_bytes, cfg.dp
-            )
+            early, last = ddp_buckets(stage_params[s] * cfg.dtype_bytes)
+            add[cls_dp_early(pp, s)] = self.comm.allreduce_ns(early, cfg.dp) if early else 0.0
+            add[cls_dp_ar(pp, s)] = self.comm.allreduce_ns(last, cfg.dp)
         add[cls_recv(pp)] = self.comm.p2p_ns(tokens_bytes)
         add[cls_send(pp)] = self.comm.send_ns()
         sp = _speed_vector(speed, pp)
@@ -375,6 +377,21 @@ class Estimator:
     def target(self, overrides: Mapping[str, Any], where: str = "--set") -> ModelConfig:
         """The base configuration with `overrides` (typed) applied and validated."""
         return self.base.replace(**dict(overrides)).validate(where)
+
+
+# DistributedDataParallel's defaults: the first bucket (the last layers' gradients, ready
+# first) is capped at 1 MiB, the others at bucket_cap_mb = 25 MiB
+DDP_FIRST_BUCKET = 1 << 20
+DDP_BUCKET = 25 << 20
+
+
+def ddp_buckets(grad_bytes: float) -> tuple[float, float]:
+    """(bytes of every bucket but the last, bytes of the last bucket) of DDP's reduction."""
+    if grad_bytes <= DDP_FIRST_BUCKET:
+        return 0.0, float(grad_bytes)
+    rest = grad_bytes - DDP_FIRST_BUCKET
+    last = rest % DDP_BUCKET or DDP_BUCKET
+    return float(grad_bytes - last), float(last)
 
 
 def _world(cfg: ModelConfig) -> int:

@@ -22,11 +22,17 @@ What each transform does to the graph (Lumos's edits, field-notes §1, plus TP):
 * **tp**: GEMMs, attention and the ffn-sized token ops are re-timed for 1/tp of the work; an
   all-reduce of the activation (micro_batch·seq·hidden elements) follows the attention-out and the
   MLP-down GEMMs in every layer's forward, and the QKV and MLP-up GEMMs' backward (Megatron f/g).
-* **dp**: a ring all-reduce of the stage's gradients after its last backward, before the
-  optimizer (DDP at these sizes: one bucket at the end of the backward).
+* **dp**: DDP's bucketed all-reduce of the stage's gradients, overlapped with the last
+  micro-batch's backward (earlier micro-batches accumulate under `no_sync`). Buckets fill in
+  reverse parameter order, the first capped at 1 MiB and the others at 25 MiB (DDP's defaults),
+  so every bucket but the last is ready while the backward still runs: they are one all-reduce
+  task on the stage's communication processor, starting after the first layer's backward of the
+  last micro-batch; the last bucket (the first layers' and the embedding's gradients) is
+  all-reduced after the last backward op, and the optimizer waits for it.
 
-DP and TP replicas run the same program, so one processor per pipeline stage is simulated and the
-collectives of a replicated group are tasks of their modelled length (no peer waits).
+DP and TP replicas run the same program, so one processor per pipeline stage is simulated (plus
+one for its DP all-reduces) and the collectives of a replicated group are tasks of their modelled
+length (no peer waits).
 """
 
 from __future__ import annotations
@@ -61,9 +67,9 @@ class Structure:
 
 
 def n_classes(pp: int) -> int:
-    """Duration classes: roles, optimizer per stage, TP all-reduce, DP all-reduce per stage,
-    p2p recv, p2p send."""
-    return N_ROLES + 2 * pp + 3
+    """Duration classes: roles, optimizer per stage, TP all-reduce, DP all-reduce of the last
+    bucket per stage, p2p recv, p2p send, DP all-reduce of the earlier buckets per stage."""
+    return N_ROLES + 3 * pp + 3
 
 
 def cls_opt(stage: int) -> int:
@@ -84,6 +90,10 @@ def cls_recv(pp: int) -> int:
 
 def cls_send(pp: int) -> int:
     return N_ROLES + 2 * pp + 2
+
+
+def cls_dp_early(pp: int, stage: int) -> int:
+    return N_ROLES + 2 * pp + 3 + stage
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,6 +214,8 @@ class _Stage:
         self.tpl: list[np.ndarray] = []
         self.seg_cls: list[int] = []  # a new task's class; for template ops: the optimizer class
         self.seg_phase: list[int] = []
+        self.seg_comm: list[bool] = []  # on the stage's communication processor
+        self.edges: list[tuple[int, int]] = []  # (src local, dst local) within the stage
         self.n = 0
         self.marks: dict[tuple[str, int], int] = {}  # ('send_F', mb) -> local index
 
@@ -213,14 +225,24 @@ class _Stage:
         self.tpl.append(ids)
         self.seg_cls.append(opt_cls)
         self.seg_phase.append(phase)
+        self.seg_comm.append(False)
         self.n += ids.size
 
-    def add_new(self, cls: int, phase: int) -> int:
+    def add_new(self, cls: int, phase: int, comm: bool = False) -> int:
         self.tpl.append(_NEW)
         self.seg_cls.append(cls)
         self.seg_phase.append(phase)
+        self.seg_comm.append(comm)
         self.n += 1
         return self.n - 1
+
+    def add_comm(self, cls: int) -> int:
+        """A task on the stage's communication processor that starts after the last task added
+        so far (on the main processor)."""
+        i = self.add_new(cls, 3, comm=True)
+        if i > 0:
+            self.edges.append((i - 1, i))
+        return i
 
 
 def _layer_with_tp(
@@ -256,7 +278,9 @@ def build(tpl: Template, s: Structure, *, blocks: _Blocks | None = None) -> Edit
     M, P = s.num_micro_batches, s.pp
     for si, st in enumerate(stages):
         st.add_tpl(b.get("head"), 4, -1)
-        for kind, mb in _schedule(s.pp_schedule, si, P, M):
+        order = _schedule(s.pp_schedule, si, P, M)
+        last_b = max(k for k, (kind, _) in enumerate(order) if kind == "B")
+        for k, (kind, mb) in enumerate(order):
             if kind == "F":
                 if si > 0:
                     recv_at[("F", mb, si)] = (si, st.add_new(cls_recv(P), 3))
@@ -275,12 +299,15 @@ def build(tpl: Template, s: Structure, *, blocks: _Blocks | None = None) -> Edit
                     st.add_tpl(b.get("b_post", mb), 1, -1)
                 for j in reversed(range(first[si], first[si] + counts[si])):
                     _layer_with_tp(st, b, "b_layer", mb, j, s.tp, P, 1)
+                    if s.dp > 1 and k == last_b and j == first[si] + counts[si] - 1:
+                        st.add_comm(cls_dp_early(P, si))  # buckets but the last
                 if si == 0:
                     st.add_tpl(b.get("b_pre", mb), 1, -1)
                 else:
                     pending[("B", mb, si - 1)] = (si, st.add_new(cls_send(P), 3))
         if s.dp > 1:
-            st.add_new(cls_dp_ar(P, si), 3)
+            last = st.add_comm(cls_dp_ar(P, si))  # the last bucket, exposed
+            st.edges.append((last, last + 1))  # the optimizer (or the step's end) waits
         st.add_tpl(b.get("opt"), 2, cls_opt(si))
         st.add_tpl(b.get("tail"), 4, -1)
         end = st.add_new(ROLE["const"], 4)  # the idle end of the step (delay only)
@@ -307,10 +334,14 @@ def _assemble(
     cls = np.where(has, role, seg_cls)
     cls = np.where(has & (phase == 2) & (role == ROLE["opt"]), seg_cls, cls)
     stage = np.repeat(np.arange(len(stages), dtype=np.int64), np.diff(off))
+    on_comm = np.repeat(np.array([c for st in stages for c in st.seg_comm], bool), seg_len)
+    n_procs = len(stages) * (2 if on_comm.any() else 1)
+    proc = stage + len(stages) * on_comm
     gap = np.where(tpl_idx >= 0, tpl.gap_ns[np.maximum(tpl_idx, 0)], 0)
     delay = np.rint(gap * s.cpu_scale).astype(np.int64)
     for si, st in enumerate(stages):
         delay[off[si] + st.marks[("end", 0)]] = round(tpl.end_gap_ns * s.cpu_scale)
+    xedges = xedges + [(si, a, si, d) for si, st in enumerate(stages) for a, d in st.edges]
     if xedges:
         x = np.array(xedges, np.int64)
         src = off[x[:, 0]] + x[:, 1]
@@ -319,9 +350,9 @@ def _assemble(
         src = dst = np.zeros(0, np.int64)
     ptr, dsrc, dlat = csr_from_edges(n, src, dst)
     graph = ReplayGraph.build(
-        proc=stage,
+        proc=proc,
         dur_ns=np.zeros(n, np.int64),
-        proc_device=np.full(len(stages), -1, np.int64),
+        proc_device=np.full(n_procs, -1, np.int64),
         dep_ptr=ptr,
         dep_src=dsrc,
         dep_lat_ns=dlat,
