@@ -50,6 +50,20 @@ def test_collective_fit_uses_least_inflated_instances():
     assert m.bw_bytes_per_ns == pytest.approx(bw, rel=0.05)
 
 
+def test_synchronous_allreduce_latency():
+    m = CommModel(1_000.0, 1.0, "test")
+    assert m.allreduce_ns(1000, 2, sync=True) == m.allreduce_ns(1000, 2) == 2 * 1_000 + 1000
+    m._attach_sync([])
+    assert m.sync_alpha_ns is None and "transfer only" in m.sync_notes[0]
+    # 2 ranks, 2 KB: transfer 1000 ns per ring step at 1 byte/ns; the callers blocked 2*(5000 +
+    # 1000) ns on average (waits of 8000 and 16000 ns)
+    m._attach_sync([(2, 2000, 8000.0), (2, 2000, 16000.0)])
+    assert m.sync_alpha_ns == 5000.0
+    assert m.allreduce_ns(2000, 2, sync=True) == 12_000.0
+    m._attach_sync([(2, 2000, 100.0)])  # never below the transfer's own latency
+    assert m.sync_alpha_ns == 1_000.0
+
+
 def test_one_tp_allreduce_per_linear():
     # a layer's backward as autograd runs it: each linear is view / addmm / T backward with the
     # weight's AccumulateGrad interleaved; up and qkv take the all-reduce (column-parallel)

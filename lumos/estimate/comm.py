@@ -7,6 +7,14 @@ point-to-point: ``alpha + bytes / bw``; a send costs the sender ``alpha``.
 the warehouse holds on the job's kind of device (`lumos_sql/estimate/comm_samples.sql`: each
 all-reduce's per-rank duration, the fastest rank's being the least waited, against its message
 bytes); without samples it falls back to defaults per device kind and says so in `notes`.
+
+Synchronous collectives (tensor parallelism's all-reduces, which block the calling thread) cost
+the step more than their transfer: the hand-off to the communication thread, the wait for the
+slowest peer and the wake-up (on the 2-core corpus machine: 1.6 ms mean for a 128 KiB all-reduce
+whose transfer takes 0.2 ms). `sync_alpha_ns` is that per-step latency, learned from the
+warehouse's synchronous all-reduces (`lumos_sql/estimate/sync_comm_samples.sql`: the calling
+thread's mean blocking per collective) with the bandwidth of the fit above; without such samples
+synchronous collectives cost their transfer only, and `sync_notes` says so.
 """
 
 from __future__ import annotations
@@ -30,11 +38,15 @@ class CommModel:
     bw_bytes_per_ns: float
     source: str
     notes: list[str] = field(default_factory=list)
+    sync_alpha_ns: float | None = None
+    sync_notes: list[str] = field(default_factory=list)
 
-    def allreduce_ns(self, nbytes: float, n: int) -> float:
+    def allreduce_ns(self, nbytes: float, n: int, sync: bool = False) -> float:
+        """A ring all-reduce; `sync` for one the caller blocks on (with its learned latency)."""
         if n <= 1:
             return 0.0
-        return 2 * (n - 1) * self.alpha_ns + 2 * (n - 1) / n * nbytes / self.bw_bytes_per_ns
+        alpha = self.sync_alpha_ns if sync and self.sync_alpha_ns is not None else self.alpha_ns
+        return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / self.bw_bytes_per_ns
 
     def p2p_ns(self, nbytes: float) -> float:
         return self.alpha_ns + nbytes / self.bw_bytes_per_ns
@@ -79,22 +91,44 @@ class CommModel:
         except duckdb.Error:
             return cls.default()
         try:
-            rows = con.execute(
-                lumos_sql.load("estimate/comm_samples"), {"job": job, "exclude": list(exclude)}
-            ).fetchall()
+            params = {"job": job, "exclude": list(exclude)}
+            rows = con.execute(lumos_sql.load("estimate/comm_samples"), params).fetchall()
+            sync_rows = con.execute(lumos_sql.load("estimate/sync_comm_samples"), params).fetchall()
         except duckdb.Error:
-            rows = []
+            rows, sync_rows = [], []
         finally:
             con.close()
         kind = "cpu"
         samples = [(r[0], _elements(r[1]) * 4, r[2]) for r in rows if r[1] and r[2] and r[2] > 0]
         if rows:
             kind = rows[-1][3] or "cpu"
-        if samples:
-            m = cls._fit_samples(samples)
-            if m is not None:
-                return m
-        return cls.default("cpu" if kind == "cpu" else "gpu")
+        model = cls._fit_samples(samples) if samples else None
+        if model is None:
+            model = cls.default("cpu" if kind == "cpu" else "gpu")
+        model._attach_sync([(r[0], _elements(r[1]) * 4, r[2]) for r in sync_rows if r[1] and r[2]])
+        return model
+
+    def _attach_sync(self, samples: list[tuple[Any, int, float]]) -> None:
+        """Per-step latency of synchronous all-reduces: each size's mean blocking, less the
+        transfer at the fitted bandwidth, per ring step; averaged over sizes."""
+        if not samples:
+            self.sync_notes = [
+                "no synchronous all-reduce in the warehouse on this device: tensor-parallel "
+                "all-reduces cost their transfer only (hand-off and peer waits not modelled)"
+            ]
+            return
+        groups: dict[tuple[int, int], list[float]] = {}
+        for n, nbytes, t in samples:
+            groups.setdefault((max(int(n or 2), 2), int(nbytes)), []).append(float(t))
+        per_size = []
+        for (n, nbytes), ts in groups.items():
+            step = float(np.mean(ts)) / (2 * (n - 1)) - nbytes / n / self.bw_bytes_per_ns
+            per_size.append(max(step, self.alpha_ns))
+        self.sync_alpha_ns = float(np.mean(per_size))
+        self.sync_notes = [
+            f"synchronous all-reduces: {self.sync_alpha_ns / 1e3:.0f} us per ring step learned "
+            f"from {len(samples)} blocking call(s) of {len(groups)} size(s) in the warehouse"
+        ]
 
     @classmethod
     def _fit_samples(cls, samples: list[tuple[Any, int, int]]) -> CommModel | None:

@@ -201,10 +201,17 @@ class Estimator:
         tpl = Template.load(template_path(wh_root, job))
         cached = json.loads(paths["base"].read_text())
         c = json.loads(paths["comm"].read_text())
-        if "contention" not in c:  # a cache written before contention was modelled
+        if "contention" not in c or "sync_alpha_ns" not in c:  # written by an older version
             _build_cache(wh_root, job)
             c = json.loads(paths["comm"].read_text())
-        comm = CommModel(c["alpha_ns"], c["bw_bytes_per_ns"], c["source"], c["notes"])
+        comm = CommModel(
+            c["alpha_ns"],
+            c["bw_bytes_per_ns"],
+            c["source"],
+            c["notes"],
+            c["sync_alpha_ns"],
+            c.get("sync_notes", []),
+        )
         base = ModelConfig(**cached["config"])
         if base_overrides:
             base = base.replace(**dict(base_overrides))
@@ -229,7 +236,7 @@ class Estimator:
             mult[cls_opt(s)] = stage_params[s] / base_opt
         add = np.zeros(nc)
         tokens_bytes = cfg.micro_batch * cfg.seq * cfg.hidden * cfg.dtype_bytes
-        add[cls_tp_ar(pp)] = self.comm.allreduce_ns(tokens_bytes, cfg.tp)
+        add[cls_tp_ar(pp)] = self.comm.allreduce_ns(tokens_bytes, cfg.tp, sync=True)
         for s in range(pp):
             early, last = ddp_buckets(stage_params[s] * cfg.dtype_bytes)
             add[cls_dp_early(pp, s)] = self.comm.allreduce_ns(early, cfg.dp) if early else 0.0
@@ -275,6 +282,8 @@ class Estimator:
         out = extrapolation(ratio, self._used_mask)
         if cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1:
             out += [n for n in self.comm.notes if n not in out]
+        if cfg.tp > 1:
+            out += [n for n in self.comm.sync_notes if n not in out]
         if _world(cfg) != _world(self.base):
             _, warn = self.contention.scale(_world(self.base), _world(cfg))
             out += warn
@@ -426,6 +435,8 @@ def _build_cache(root: Path, job: str) -> None:
             "bw_bytes_per_ns": comm.bw_bytes_per_ns,
             "source": comm.source,
             "notes": comm.notes,
+            "sync_alpha_ns": comm.sync_alpha_ns,
+            "sync_notes": comm.sync_notes,
             "contention": Contention.calibrate(wh, job).to_dict(),
         },
     )

@@ -1,0 +1,61 @@
+-- sync_comm_samples: the cost of *synchronous* all-reduces as the calling thread sees it, on the
+-- same kind of device as job $job (lumos/estimate/comm.py). Megatron-style tensor parallelism
+-- blocks the calling thread on every all-reduce, so what the step pays is not the transfer alone
+-- but the caller's whole wait: handing the work to the communication thread, waiting for the
+-- slowest peer, the transfer, and waking up again. Per rank, the k-th `c10d::allreduce_` is the
+-- k-th collective; its blocking time runs from its start to the end of the top-level op that
+-- holds it, and it was synchronous when that op ended after the work did (the k-th
+-- `gloo:all_reduce` annotation). Per collective: the mean over ranks (each segment between two
+-- synchronous collectives costs the step its mean compute plus the mean wait). Collectives
+-- that were asynchronous on any rank (DDP buckets) are left out. Jobs in $exclude are left out.
+-- Columns: group size, message elements (first input's dims), mean blocking (ns), device kind.
+WITH dev AS (
+    SELECT CASE WHEN any_value(device) = 'cpu' THEN 'cpu' ELSE 'gpu' END AS kind
+    FROM traces WHERE job = $job AND status = 'ok'
+), jobs AS (
+    SELECT t.job, max(t.world_size) AS world,
+           CASE WHEN any_value(t.device) = 'cpu' THEN 'cpu' ELSE 'gpu' END AS kind
+    FROM traces AS t
+    WHERE t.status = 'ok' AND NOT list_contains($exclude, t.job)
+    GROUP BY t.job
+    HAVING max(t.world_size) > 1
+), ops AS (
+    SELECT e.job, e.rank, e.tid, e.event_idx, e.name, e.input_dims, e.ts_ns,
+           e.ts_ns + e.dur_ns AS end_ns
+    FROM events AS e
+    JOIN jobs AS j USING (job)
+    WHERE j.kind = (SELECT kind FROM dev) AND e.cat = 'cpu_op' AND e.ph = 'X'
+), top AS (
+    SELECT job, rank, tid, ts_ns AS top_ts, end_ns AS top_end
+    FROM (
+        SELECT *, coalesce(ts_ns >= max(end_ns) OVER (
+                   PARTITION BY job, rank, tid ORDER BY ts_ns, event_idx
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true) AS is_top
+        FROM ops
+    )
+    WHERE is_top
+), calls AS (
+    SELECT job, rank, tid, ts_ns, input_dims,
+           row_number() OVER (PARTITION BY job, rank ORDER BY ts_ns, event_idx) AS k
+    FROM ops WHERE name = 'c10d::allreduce_'
+), works AS (
+    SELECT e.job, e.rank, e.ts_ns + e.dur_ns AS work_end,
+           row_number() OVER (PARTITION BY e.job, e.rank ORDER BY e.ts_ns, e.event_idx) AS k
+    FROM events AS e JOIN jobs AS j USING (job)
+    WHERE e.cat = 'user_annotation' AND e.name = 'gloo:all_reduce'
+), blocking AS (
+    SELECT c.job, c.rank, c.k, c.input_dims, t.top_end - c.ts_ns AS wait_ns,
+           t.top_end >= w.work_end AS synchronous
+    FROM calls AS c
+    ASOF JOIN top AS t ON c.job = t.job AND c.rank = t.rank AND c.tid = t.tid
+        AND c.ts_ns >= t.top_ts
+    JOIN works AS w ON w.job = c.job AND w.rank = c.rank AND w.k = c.k
+), per AS (
+    SELECT job, k, any_value(input_dims) AS input_dims, avg(wait_ns) AS wait_ns,
+           bool_and(synchronous) AS synchronous, count(*) AS n_ranks
+    FROM blocking GROUP BY job, k
+)
+SELECT j.world AS group_size, p.input_dims, p.wait_ns, (SELECT kind FROM dev) AS kind
+FROM per AS p JOIN jobs AS j USING (job)
+WHERE p.synchronous AND p.n_ranks = j.world
+ORDER BY 1, 2;
