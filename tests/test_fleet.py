@@ -33,8 +33,11 @@ def test_contention_factor_by_world():
     assert f == 2.0 and "world 8" in warn
     scale, warns = c.scale(2, 4)
     assert scale == pytest.approx(2.0 / 1.3) and warns == []
+    assert c.spread(1, 2) == pytest.approx((1.2 / 1.3, 1.4 / 1.3))
+    assert c.spread(2, 2) == (1.0, 1.0)
     assert Contention.from_rows([]).factor(2)[1]  # nothing learned: 1, and said so
-    assert Contention.from_dict(c.to_dict()).by_world == c.by_world
+    again = Contention.from_dict(c.to_dict())
+    assert again.by_world == c.by_world and again.ratios == c.ratios
 
 
 def test_collective_fit_uses_least_inflated_instances():

@@ -9,7 +9,9 @@ fills a (configs × runs) duration matrix per group and replays it with
 schedule and returns the breakdown.
 
 Interval: the base run's own step spread (min/median and max/median of its traced steps), widened
-by 5% per doubling of the shape ratios applied to the roles that make up the prediction.
+by 5% per doubling of the shape ratios applied to the roles that make up the prediction, and, when
+the world size changes, by the spread of the contention the fleet's jobs showed
+(`lumos.estimate.fleet`).
 
 Speed-ups: ``speedup.<class>=N`` divides the durations of that class by N; classes are the
 roles of `lumos.estimate.layers.ROLES`, the families ``gemm`` (all GEMMs), ``token``
@@ -291,12 +293,14 @@ class Estimator:
             out.append(f"layers {cfg.layers} more than 4x the base's {self.base.layers}")
         return out
 
-    def _interval(self, pred: int, ratio: np.ndarray) -> tuple[int, int]:
+    def _interval(self, pred: int, ratio: np.ndarray, cfg: ModelConfig) -> tuple[int, int]:
         r = ratio[self._roles_used]
         r = r[r > 0]
         widen = 0.05 * float(np.max(np.abs(np.log2(r)))) if r.size else 0.0
-        lo = pred * self.spread[0] * (1 - min(widen, 0.5))
-        hi = pred * self.spread[1] * (1 + widen)
+        # contention varies between the fleet's jobs of one world size: so may the target's
+        c_lo, c_hi = self.contention.spread(_world(self.base), _world(cfg))
+        lo = pred * self.spread[0] * c_lo * (1 - min(widen, 0.5))
+        hi = pred * self.spread[1] * c_hi * (1 + widen)
         return int(math.floor(min(lo, pred))), int(math.ceil(max(hi, pred)))
 
     # --- predictions ---------------------------------------------------------------------------
@@ -346,7 +350,7 @@ class Estimator:
                 Prediction(
                     config=cfg,
                     predicted_ns=pred,
-                    interval_ns=self._interval(pred, ratios[i]),
+                    interval_ns=self._interval(pred, ratios[i], cfg),
                     memory_bytes=int(mem.memory_bytes),
                     fits=mem.fits,
                     warnings=self._warnings(cfg, ratios[i]),
@@ -375,7 +379,7 @@ class Estimator:
         return Prediction(
             config=cfg,
             predicted_ns=pred,
-            interval_ns=self._interval(pred, ratio),
+            interval_ns=self._interval(pred, ratio, cfg),
             memory_bytes=int(mem.memory_bytes),
             fits=mem.fits,
             warnings=self.base_notes[:0] + self._warnings(cfg, ratio),

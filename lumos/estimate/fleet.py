@@ -33,6 +33,18 @@ class Contention:
     by_world: dict[int, float] = field(default_factory=dict)
     jobs: dict[int, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    ratios: dict[int, list[float]] = field(default_factory=dict)  # per job, for the interval
+
+    def spread(self, base_world: int, target_world: int) -> tuple[float, float]:
+        """(low, high) of the scale over the jobs it was learned from, relative to the median
+        (1, 1 when the world size does not change or a single job taught it)."""
+        if base_world == target_world:
+            return 1.0, 1.0
+        w = max([k for k in self.ratios if k <= max(base_world, target_world)], default=None)
+        if w is None or w not in self.by_world:
+            return 1.0, 1.0
+        r = np.array(self.ratios[w]) / self.by_world[w]
+        return float(min(r.min(), 1.0)), float(max(r.max(), 1.0))
 
     def factor(self, world: int) -> tuple[float, str | None]:
         """f(world) and a warning when it is not measured for that world size."""
@@ -63,6 +75,7 @@ class Contention:
             "by_world": {str(k): v for k, v in self.by_world.items()},
             "jobs": {str(k): v for k, v in self.jobs.items()},
             "notes": self.notes,
+            "ratios": {str(k): v for k, v in self.ratios.items()},
         }
 
     @classmethod
@@ -73,6 +86,7 @@ class Contention:
             {int(k): float(v) for k, v in d.get("by_world", {}).items()},
             {int(k): list(v) for k, v in d.get("jobs", {}).items()},
             list(d.get("notes", [])),
+            {int(k): [float(x) for x in v] for k, v in d.get("ratios", {}).items()},
         )
 
     @classmethod
@@ -86,6 +100,7 @@ class Contention:
         for w, items in sorted(per.items()):
             out.by_world[w] = float(np.median([r for _, r in items]))
             out.jobs[w] = [j for j, _ in items]
+            out.ratios[w] = [r for _, r in items]
             out.notes.append(
                 f"world {w}: ops {out.by_world[w]:.2f}x slower than single-rank "
                 f"(median of {len(items)} job(s): {', '.join(out.jobs[w])})"
