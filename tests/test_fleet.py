@@ -78,13 +78,24 @@ def test_one_tp_allreduce_per_linear():
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="corpus not checked out")
 def test_contention_sql_on_real_jobs(tmp_path):
-    """dp2 runs base's exact per-rank work on two ranks of the same host: its ops are slower."""
+    """dp2 runs base's exact per-rank work on two ranks of the same host: its ops are slower.
+    The estimator's cache follows the fleet: ingesting dp2 after a first estimate re-learns."""
     from lumos.api import Warehouse
+    from lumos.estimate.estimator import Estimator
 
     wh = Warehouse.open(tmp_path / "wh", create=True)
-    for job in ("base", "dp2"):
-        wh.ingest([str(CORPUS / job)], job=job)
+    wh.ingest([str(CORPUS / "base")], job="base")
+    before = Estimator.open(wh.root, "base")
+    assert before.contention.by_world == {}
+    assert before.predict([before.target({"dp": 2})])[0].warnings
+    wh.ingest([str(CORPUS / "dp2")], job="dp2")
     c = Contention.calibrate(wh, "base")
     assert c.jobs == {2: ["dp2"]}
     assert 1.05 < c.by_world[2] < 2.0, c.notes
     assert Contention.calibrate(wh, "base", exclude=["dp2"]).by_world == {}
+    after = Estimator.open(wh.root, "base")
+    assert after.contention.by_world == c.by_world
+    assert (
+        after.predict([after.target({"dp": 2})])[0].predicted_ns
+        > before.predict([before.target({"dp": 2})])[0].predicted_ns
+    )

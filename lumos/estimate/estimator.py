@@ -20,6 +20,7 @@ roles of `lumos.estimate.layers.ROLES`, the families ``gemm`` (all GEMMs), ``tok
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -191,21 +192,22 @@ class Estimator:
         cls, root: str | Path | None, job: str, base_overrides: Mapping[str, Any] | None = None
     ) -> Estimator:
         """The estimator of `job` in the warehouse at `root`. The template, the inferred base and
-        the collective costs are cached beside each other (`template_dir`); once cached, opening
-        touches neither DuckDB nor the catalog (a single estimate stays well under a second)."""
+        what the fleet teaches are cached beside each other (`template_dir`), stamped with the
+        manifest's parts: any ingest since (of this job or of others, which change the fleet)
+        rebuilds them. Once cached, opening touches neither DuckDB nor the catalog (a single
+        estimate stays well under a second)."""
         # as warehouse.layout.default_warehouse (not imported: it pulls in pyarrow)
         wh_root = Path(root or os.environ.get("LUMOS_WAREHOUSE") or "lumos_warehouse")
         wh_root = wh_root.expanduser().resolve()
         folder = template_path(wh_root, job).parent
         paths = {k: folder / f"{k}.json" for k in ("base", "comm")}
-        if not (template_path(wh_root, job).exists() and all(p.exists() for p in paths.values())):
-            _build_cache(wh_root, job)
+        stamp = manifest_stamp(wh_root)
+        fresh = template_path(wh_root, job).exists() and all(p.exists() for p in paths.values())
+        if not fresh or json.loads(paths["comm"].read_text()).get("manifest") != stamp:
+            _build_cache(wh_root, job, stamp)
         tpl = Template.load(template_path(wh_root, job))
         cached = json.loads(paths["base"].read_text())
         c = json.loads(paths["comm"].read_text())
-        if "contention" not in c or "sync_alpha_ns" not in c:  # written by an older version
-            _build_cache(wh_root, job)
-            c = json.loads(paths["comm"].read_text())
         comm = CommModel(
             c["alpha_ns"],
             c["bw_bytes_per_ns"],
@@ -421,13 +423,20 @@ def _write_json(path: Path, doc: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def _build_cache(root: Path, job: str) -> None:
-    """Extract the template, infer the base and calibrate the collectives of `job` (~2 s)."""
+def manifest_stamp(root: Path) -> str:
+    """The names of the manifest's parts: every ingest commit adds one (or compacts them)."""
+    d = Path(root) / "manifest"
+    names = sorted(p.name for p in d.glob("part-*.parquet")) if d.is_dir() else []
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
+
+
+def _build_cache(root: Path, job: str, stamp: str) -> None:
+    """Extract the template, infer the base and learn from the fleet for `job` (~2 s)."""
     from lumos.api import Warehouse
     from lumos.estimate.infer import infer_base
 
     wh = Warehouse.open(root)
-    extract_template(wh, job, cache=True)
+    extract_template(wh, job, cache=False).save(template_path(wh.root, job))
     folder = template_dir(wh.root, job)
     inf = infer_base(wh, job)
     _write_json(folder / "base.json", {"config": inf.config.to_dict(), "warnings": inf.warnings})
@@ -442,5 +451,6 @@ def _build_cache(root: Path, job: str) -> None:
             "sync_alpha_ns": comm.sync_alpha_ns,
             "sync_notes": comm.sync_notes,
             "contention": Contention.calibrate(wh, job).to_dict(),
+            "manifest": stamp,
         },
     )
