@@ -7,6 +7,10 @@ Run: ``NUMBA_CACHE_DIR=.numba_cache .venv/bin/python bench/replay.py [--tasks N]
    recurrence over the same CSR arrays, both single-threaded; medians of ``--runs`` runs and their
    ratio. The bare loop has no runtime dependencies, no heap and no critical-path bookkeeping: it is
    the practical limit, not an equivalent replay.
+   The kernel's schedule comes from its linear pass (a topological sweep; see `kernels.replay`),
+   whose processing order is built on the first replay of a graph and cached: that first call is
+   printed apart. The event-driven simulation alone (``eager=False``, the reference) is printed
+   too.
 2. Sweep: configs/s of `replay_sweep` on a 50k-task graph with per-config durations (makespans
    only), serial (one core, CPU time) and ``prange`` over both cores (wall time).
 
@@ -80,7 +84,19 @@ def main() -> None:
 
     end = np.empty(g.n_tasks, np.int64)
     bare_recurrence(g.proc, g.n_procs, g.dep_ptr, g.dep_src, g.dur_ns, end)  # compile / load
-    replay_batch(g, parallel=False)
+    replay_batch(training_like_graph(2_000, seed=1, ranks=2), parallel=False)  # compile / load
+    # the processing order of the linear pass is built once per graph (cached), then reused by
+    # every replay of it: its cost is printed apart, never hidden in the rate
+    t0 = time.process_time()
+    res = replay_batch(g, parallel=False)
+    first_s = time.process_time() - t0
+    print(
+        f"first replay (order built + replay): {first_s * 1e3:.0f} ms CPU; "
+        f"schedule from the {'linear pass' if res.linear[0] else 'event-driven simulation'}"
+    )
+    sim_s = _median_time(
+        lambda: replay_batch(g, parallel=False, eager=False), max(1, args.runs // 2)
+    )
     bare_s = _median_time(
         lambda: bare_recurrence(g.proc, g.n_procs, g.dep_ptr, g.dep_src, g.dur_ns, end), args.runs
     )
@@ -90,6 +106,7 @@ def main() -> None:
     print(f"bare recurrence : {bare_rate / 1e6:7.1f} M tasks/s (median of {args.runs}, CPU time)")
     print(f"replay kernel   : {kern_rate / 1e6:7.1f} M tasks/s (median of {args.runs}, CPU time)")
     print(f"kernel / bare   : {kern_rate / bare_rate:.3f}")
+    print(f"event-driven simulation alone (eager=False): {g.n_tasks / sim_s / 1e6:7.1f} M tasks/s")
     print(_verdict("kernel >= 30M tasks/s/core", kern_rate >= KERNEL_TARGET))
 
     gs = training_like_graph(args.sweep_tasks, seed=2, ranks=1)
