@@ -1,10 +1,12 @@
 """Ingestion benchmark: lumos against HolisticTraceAnalysis's loader and plain orjson.loads.
 
     .venv/bin/python bench/ingest.py [--runs 3] [--target-gb 1.0] [--no-hta-large]
-                                     [--mid-gb 0.25] [--markdown FILE]
+                                     [--mid-gb 0.25] [--markdown FILE] [--no-corpus]
+                                     [--cold-cache]
 
-Inputs: the largest shared trace (hta/df_index_resolver, 54 MB of JSON) and a ~1 GB trace made
-by repeating its events (written, uncompressed, to a temp dir, never into the repo). Each
+Inputs: the largest shared trace (hta/df_index_resolver, 54 MB of JSON), a ~1 GB trace made
+by repeating its events (written, uncompressed, to a temp dir, never into the repo), and the
+many-small-files case: the 18 gzip'd traces of tests/data/corpus (13 jobs) in one call. Each
 contender runs in its own subprocess; its wall time and peak RSS (ru_maxrss of that process)
 are taken, and the medians over --runs are printed with the ratios ours / HTA and ours / orjson.
 With --no-hta-large (HTA needs many GB and minutes on 1 GB), HTA is measured on a --mid-gb trace
@@ -31,12 +33,13 @@ from isal import igzip
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("LUMOS_SHARED", ROOT.parent / "shared")) / "traces"
 SOURCE = SHARED / "hta/df_index_resolver/df_index_resolver.json.gz"
+CORPUS = ROOT / "tests/data/corpus"
 
 # Each runner prints one JSON line {"events": n}; the harness measures time and RSS around it.
 _READER = """
 import sys
 from warehouse.readers import open_trace
-n = sum(b.num_rows for b in open_trace(sys.argv[1]).batches())
+n = sum(b.num_rows for p in sys.argv[1:] for b in open_trace(p).batches())
 print(n)
 """
 # The CPU time of the child (user + sys) is reported too: the machine is shared, and the targets
@@ -46,14 +49,20 @@ import sys, logging
 logging.disable(logging.WARNING)
 from hta.common.trace_parser import parse_trace_dataframe
 from hta.configs.parser_config import ParserConfig
-meta, df, symbols = parse_trace_dataframe(sys.argv[1], ParserConfig.get_default_cfg())
-print(len(df))
+n = 0
+for p in sys.argv[1:]:
+    meta, df, symbols = parse_trace_dataframe(p, ParserConfig.get_default_cfg())
+    n += len(df)
+print(n)
 """
 _ORJSON = """
 import sys, orjson
-with open(sys.argv[1], 'rb') as f:
-    doc = orjson.loads(f.read())
-print(len(doc["traceEvents"]))
+from isal import igzip
+n = 0
+for p in sys.argv[1:]:
+    with (igzip.open if p.endswith(".gz") else open)(p, "rb") as f:
+        n += len(orjson.loads(f.read())["traceEvents"])
+print(n)
 """
 # Runs a command and reports its wall time and its peak RSS (the only child: RUSAGE_CHILDREN).
 _HARNESS = """
@@ -68,10 +77,13 @@ print(json.dumps({"rc": out.returncode, "wall": wall, "rss": rss, "cpu": ru.ru_u
 """
 
 
-def make_inputs(
-    tmp: Path, target_gb: float, mid_gb: float | None = None
-) -> dict[str, tuple[Path, int, int]]:
-    """{label: (path, uncompressed bytes, events)} for the source trace and its repetitions."""
+# An input: the files (or directories, for `lumos ingest`), their uncompressed bytes, their events,
+# and whether `lumos ingest` gets `--job bench` (one file) or derives a job per directory.
+Input = tuple[list[Path], int, int, bool]
+
+
+def make_inputs(tmp: Path, target_gb: float, mid_gb: float | None = None) -> dict[str, Input]:
+    """{label: input} for the source trace and its repetitions."""
     text = igzip.open(SOURCE).read()
     small = tmp / "df_index_resolver.json"
     small.write_bytes(text)
@@ -81,7 +93,7 @@ def make_inputs(
     end = text.rindex(b"}", 0, end) + 1
     region = text[start:end]
     n_events = len(json.loads(text)["traceEvents"])
-    out = {"54MB": (small, len(text), n_events)}
+    out: dict[str, Input] = {"54MB": ([small], len(text), n_events, True)}
     for gb in [mid_gb, target_gb] if mid_gb else [target_gb]:
         copies = max(1, round(gb * 1e9 / len(region)))
         big = tmp / f"df_index_resolver_x{copies}.json"
@@ -93,20 +105,33 @@ def make_inputs(
                 f.write(region)
             f.write(text[end:])
         size = big.stat().st_size
-        out[f"{size / 1e9:.2f}GB"] = (big, size, n_events * copies)
+        out[f"{size / 1e9:.2f}GB"] = ([big], size, n_events * copies, True)
     return out
 
 
-def run(cmd: list[str]) -> dict:
+def corpus_input() -> Input:
+    """The checked-in ground-truth corpus: 18 small gzip'd traces in 13 job directories, the
+    nightly many-small-files case (per-file and per-process overheads show here)."""
+    files = sorted(CORPUS.glob("*/*.json.gz"))
+    size = events = 0
+    for f in files:
+        text = igzip.open(f).read()
+        size += len(text)
+        events += len(json.loads(text)["traceEvents"])
+    return files, size, events, False
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", _HARNESS, *cmd], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _HARNESS, *cmd], capture_output=True, text=True, check=True, env=env
     )
     return json.loads(out.stdout)
 
 
-def lumos_cmd(path: Path, wh: Path) -> list[str]:
+def lumos_cmd(paths: list[Path], wh: Path, one_job: bool) -> list[str]:
     exe = Path(sys.executable).parent / "lumos"
-    return [str(exe), "ingest", str(path), "--job", "bench", "--warehouse", str(wh), "-q"]
+    job = ["--job", "bench"] if one_job else []
+    return [str(exe), "ingest", *map(str, paths), *job, "--warehouse", str(wh), "-q"]
 
 
 def main() -> None:
@@ -126,20 +151,36 @@ def main() -> None:
         action="append",
         help="measure only these contenders (repeatable), e.g. --only 'lumos reader'",
     )
+    ap.add_argument(
+        "--no-corpus",
+        action="store_true",
+        help="skip the many-small-files case (tests/data/corpus)",
+    )
+    ap.add_argument(
+        "--cold-cache",
+        action="store_true",
+        help="also time `lumos ingest` of the corpus with an empty numba cache (first run after an "
+        "install or a change of the reader's kernels: they are compiled, ~12 s of CPU)",
+    )
     args = ap.parse_args()
     py = sys.executable
     tmp = Path(tempfile.mkdtemp(prefix="lumos-bench-"))
     try:
         inputs = make_inputs(tmp, args.target_gb, args.mid_gb if args.no_hta_large else None)
         largest = max(inputs, key=lambda k: inputs[k][1])
+        if not args.no_corpus:
+            inputs["corpus"] = corpus_input()
         results: dict[tuple[str, str], dict] = {}
-        for label, (path, size, n_events) in inputs.items():
-            contenders = {
+        for label, (paths, size, n_events, one_job) in inputs.items():
+            files = [str(p) for p in paths]
+            contenders: dict[str, list[str] | None] = {
                 "lumos ingest": None,
-                "lumos reader": [py, "-c", _READER, str(path)],
-                "HTA 0.5.0": [py, "-c", _HTA, str(path)],
-                "orjson.loads": [py, "-c", _ORJSON, str(path)],
+                "lumos reader": [py, "-c", _READER, *files],
+                "HTA 0.5.0": [py, "-c", _HTA, *files],
+                "orjson.loads": [py, "-c", _ORJSON, *files],
             }
+            if label == "corpus" and args.cold_cache:
+                contenders["lumos ingest, cold cache"] = None
             if args.no_hta_large and label == largest:
                 contenders.pop("HTA 0.5.0")
             if args.only:
@@ -147,11 +188,14 @@ def main() -> None:
             for name, cmd in contenders.items():
                 walls, rsss, cpus = [], [], []
                 for r in range(args.runs):
-                    if name == "lumos ingest":
+                    env = None
+                    if name.startswith("lumos ingest"):
                         wh = tmp / f"wh-{label}-{r}"
-                        cmd = lumos_cmd(path, wh)
-                    res = run(cmd)
-                    if name == "lumos ingest":
+                        cmd = lumos_cmd(paths, wh, one_job)
+                    if name.endswith("cold cache"):
+                        env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp / f"numba-{r}")}
+                    res = run(cmd, env)
+                    if name.startswith("lumos ingest"):
                         shutil.rmtree(tmp / f"wh-{label}-{r}", ignore_errors=True)
                     if res["rc"] != 0:
                         print(f"{name} on {label} failed: {res['stderr'][-500:]}", file=sys.stderr)
@@ -182,7 +226,7 @@ def main() -> None:
                 )
         print()
         for label in inputs:
-            for ours in ("lumos ingest", "lumos reader"):
+            for ours in ("lumos ingest", "lumos ingest, cold cache", "lumos reader"):
                 o = results.get((label, ours))
                 if o is None:
                     continue
@@ -198,24 +242,34 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def markdown(inputs: dict[str, tuple[Path, int, int]], results: dict[tuple[str, str], dict]) -> str:
-    """The results as a Markdown table, with each lumos row's ratio to HTA on the same trace."""
+def markdown(inputs: dict[str, Input], results: dict[tuple[str, str], dict]) -> str:
+    """The results as a Markdown table, with each row's ratio to HTA and to orjson on the same
+    input (events per CPU-second, both measured in this run)."""
     lines = [
-        "| trace | contender | CPU s | wall s | events/s per core | MB/s per core | "
-        "peak RSS MB | x HTA (events/s per core) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| input | contender | CPU s | wall s | events/s per core | MB/s per core | "
+        "peak RSS MB | x HTA | x orjson |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for label, (_, _size, n_events) in inputs.items():
+    names = (
+        "lumos ingest",
+        "lumos ingest, cold cache",
+        "lumos reader",
+        "HTA 0.5.0",
+        "orjson.loads",
+    )
+    for label, (_, _size, n_events, _) in inputs.items():
         hta = results.get((label, "HTA 0.5.0"))
-        for name in ("lumos ingest", "lumos reader", "HTA 0.5.0", "orjson.loads"):
+        orj = results.get((label, "orjson.loads"))
+        for name in names:
             r = results.get((label, name))
             if r is None:
                 continue
-            ratio = f"{r['events_per_s'] / hta['events_per_s']:.1f}" if hta else "n/a"
+            x_hta = f"{r['events_per_s'] / hta['events_per_s']:.1f}" if hta else "n/a"
+            x_orj = f"{r['events_per_s'] / orj['events_per_s']:.1f}" if orj else "n/a"
             lines.append(
                 f"| {label} ({n_events:,} events) | {name} | {r['cpu_s']:.2f} | {r['wall_s']:.2f} | "
                 f"{r['events_per_s'] / 1e3:,.0f}k | {r['mb_per_s']:.1f} | "
-                f"{r['peak_rss_mb']:,.0f} | {ratio} |"
+                f"{r['peak_rss_mb']:,.0f} | {x_hta} | {x_orj} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -199,7 +199,7 @@ SCHEDULES = pa.schema(
     [
         pa.field("job", pa.string(), nullable=False),
         pa.field("rank", pa.int32(), nullable=False),
-        pa.field("mode", pa.string(), nullable=False),  # 'model' | 'identity'
+        pa.field("mode", pa.string(), nullable=False),  # 'model' | 'identity' | 'multirank'
         pa.field("task", pa.int64(), nullable=False),  # tasks.task of that job and rank
         pa.field("start_ns", pa.int64(), nullable=False),  # relative to the rank's origin
         pa.field("end_ns", pa.int64(), nullable=False),
@@ -224,6 +224,109 @@ ITERATION_REPLAY = pa.schema(
     ]
 )
 TABLES["iteration_replay"] = ITERATION_REPLAY
+
+# The execution graph of each job and rank (lumos.replay.graph_tables; written beside the replay
+# results). Task times are ns relative to the rank's origin (origin_ns, epoch ns).
+TASKS = pa.schema(
+    [
+        pa.field("job", pa.string()),
+        pa.field("rank", pa.int32()),
+        pa.field("task", pa.int64()),  # 0..n-1 per rank, by (start, processor, end, sub, event)
+        pa.field("proc", pa.int64()),  # CPU threads by (pid, tid), then GPU streams
+        pa.field("is_gpu", pa.bool_()),
+        pa.field("pid", pa.int64()),  # CPU tasks
+        pa.field("tid", pa.int64()),
+        pa.field("device", pa.int64()),  # GPU tasks
+        pa.field("stream", pa.int64()),
+        pa.field("dev", pa.int32()),  # dense device id of a GPU task
+        pa.field("event_idx", pa.int64()),  # the event it comes from (an op piece: its op's)
+        pa.field("name", pa.string()),
+        pa.field("role", pa.string()),  # op, launch, stream_sync, ..., kernel, memcpy, memset
+        pa.field("kind", pa.int8()),  # kernels.graph.Kind
+        pa.field("ts_ns", pa.int64()),
+        pa.field("dur_ns", pa.int64()),  # traced
+        pa.field("model_dur_ns", pa.int64()),  # in the model replay (syncs: their call cost)
+        pa.field("rt_mode", pa.int8()),  # kernels.graph.Rt
+        pa.field("rt_arg", pa.int64()),
+        pa.field("launch_src", pa.int64()),  # launching CPU task of a GPU task, -1 none
+        pa.field("correlation", pa.int64()),
+        pa.field("gap_ns", pa.int64()),  # CPU: idle time before the task no edge explains
+        pa.field("origin_ns", pa.int64()),
+    ]
+)
+TABLES["tasks"] = TASKS
+
+DEPS = pa.schema(
+    [
+        pa.field("job", pa.string()),
+        pa.field("rank", pa.int32()),
+        pa.field("src", pa.int64()),
+        pa.field("dst", pa.int64()),
+        # launch | stream_wait | stream_wait_inferred | sm_wait | thread
+        pa.field("kind", pa.string()),
+    ]
+)
+TABLES["deps"] = DEPS
+
+ITERATIONS = pa.schema(
+    [
+        pa.field("job", pa.string()),
+        pa.field("rank", pa.int32()),
+        pa.field("step", pa.int64()),
+        pa.field("ordinal", pa.int32()),
+        pa.field("pid", pa.int64()),  # the ProfilerStep thread
+        pa.field("tid", pa.int64()),
+        pa.field("cpu_start_ns", pa.int64()),  # epoch ns
+        pa.field("cpu_end_ns", pa.int64()),
+        pa.field("cpu_step_ns", pa.int64()),
+        pa.field("next_start_ns", pa.int64()),  # only when the next traced step is step + 1
+        pa.field("period_ns", pa.int64()),
+        pa.field("gpu_start_ns", pa.int64()),
+        pa.field("gpu_end_ns", pa.int64()),
+        pa.field("gpu_span_ns", pa.int64()),
+        pa.field("n_gpu_tasks", pa.int64()),
+        pa.field("n_missing_gpu", pa.int64()),
+        pa.field("warmup", pa.bool_()),
+        pa.field("truncated", pa.bool_()),
+    ]
+)
+TABLES["iterations"] = ITERATIONS
+
+KERNELS = pa.schema(
+    [
+        pa.field("job", pa.string()),
+        pa.field("name", pa.string()),
+        pa.field("device", pa.int64()),
+        pa.field("stream", pa.int64()),
+        pa.field("role", pa.string()),
+        pa.field("n", pa.int64()),
+        pa.field("n_launched", pa.int64()),
+        pa.field("total_dur_ns", pa.int64()),
+        pa.field("median_dur_ns", pa.int64()),
+        pa.field("mean_dur_ns", pa.float64()),
+        pa.field("std_dur_ns", pa.float64()),
+        pa.field("min_dur_ns", pa.int64()),
+        pa.field("max_dur_ns", pa.int64()),
+        pa.field("median_queue_ns", pa.int64()),  # GPU start - launch call end
+        pa.field("p90_queue_ns", pa.int64()),
+    ]
+)
+TABLES["kernels"] = KERNELS
+
+REPLAY_QUALITY = pa.schema(
+    [
+        pa.field("job", pa.string()),
+        pa.field("rank", pa.int32()),
+        pa.field("mode", pa.string()),
+        pa.field("metric", pa.string()),
+        pa.field("n_steps", pa.int64()),  # complete steps (neither warm-up nor truncated)
+        pa.field("median_rel_error", pa.float64()),
+        pa.field("max_rel_error", pa.float64()),
+        pa.field("unexplained_slack_ns", pa.int64()),
+        pa.field("n_unexplained", pa.int64()),
+    ]
+)
+TABLES["replay_quality"] = REPLAY_QUALITY
 
 # Explanations of measured and replayed iterations (issue 3 item 5, lumos/explain/), one Parquet
 # file per job under <wh>/<table>/job=<enc>/. `mode` is 'measured' (the trace's own times),

@@ -35,12 +35,52 @@ class BuildError(ValueError):
     """The tables of a rank do not form a valid graph (names job and rank)."""
 
 
-def _col(t: pa.Table, name: str, fill: int = -1) -> np.ndarray:
-    return np.asarray(t.column(name).fill_null(fill).to_numpy(zero_copy_only=False), np.int64)
+DEP_KIND = {
+    k: i
+    for i, k in enumerate(("launch", "stream_wait", "stream_wait_inferred", "sm_wait", "thread"))
+}
+
+
+def _kind_codes(deps: pa.Table) -> np.ndarray:
+    """`deps.kind` as DEP_KIND codes (-1: another kind), without a Python string per edge."""
+    enc = deps.column("kind").combine_chunks()
+    if not pa.types.is_dictionary(enc.type):
+        enc = enc.dictionary_encode()
+    lut = np.array([DEP_KIND.get(k, -1) for k in enc.dictionary.to_pylist()] + [-1], np.int64)
+    idx = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
+    return lut[idx]
+
+
+class TaskColumns:
+    """A rank's `tasks` table whose int64 columns are converted once, for building several modes'
+    graphs from it (the arrays are shared: callers must not modify them)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+        self.num_rows = table.num_rows
+        self._cache: dict[tuple[str, int], np.ndarray] = {}
+
+    def column(self, name: str) -> pa.ChunkedArray:
+        return self.table.column(name)
+
+    def int64(self, name: str, fill: int) -> np.ndarray:
+        key = (name, fill)
+        if key not in self._cache:
+            self._cache[key] = _col(self.table, name, fill)
+        return self._cache[key]
+
+
+def _col(t: pa.Table | TaskColumns, name: str, fill: int = -1) -> np.ndarray:
+    if isinstance(t, TaskColumns):
+        return t.int64(name, fill)
+    col = t.column(name)
+    if col.null_count:
+        col = col.fill_null(fill)
+    return np.asarray(col.to_numpy(zero_copy_only=False), np.int64)
 
 
 def build_graph(
-    tasks: pa.Table,
+    tasks: pa.Table | TaskColumns,
     deps: pa.Table,
     consts: list[DeviceConstants],
     *,
@@ -77,9 +117,9 @@ def build_graph(
     proc_device[proc[is_gpu]] = dev[is_gpu]
 
     # per-device constants through the dense device id
-    dense_dev = {}
-    for d_dense, d_raw in zip(dev[is_gpu], _col(tasks, "device")[is_gpu], strict=True):
-        dense_dev[int(d_dense)] = device_of.get(int(d_raw))
+    dense_ids, first = np.unique(dev[is_gpu], return_index=True)
+    raw_ids = _col(tasks, "device")[is_gpu][first]
+    dense_dev = {int(d): device_of.get(int(r)) for d, r in zip(dense_ids, raw_ids, strict=True)}
     n_dev = max(dense_dev) + 1 if dense_dev else 0
     gap_of = np.array([dense_dev[d].gap_ns for d in range(n_dev)], np.int64)
     lat_of = np.array([dense_dev[d].launch_lat_ns for d in range(n_dev)], np.int64)
@@ -87,17 +127,17 @@ def build_graph(
 
     d_src = _col(deps, "src")
     d_dst = _col(deps, "dst")
-    d_kind = np.asarray(deps.column("kind").to_numpy(zero_copy_only=False), dtype=object)
+    d_kind = _kind_codes(deps)
     keep = np.ones(d_src.shape[0], bool)
     if "launch" in drop:
-        keep &= d_kind != "launch"
+        keep &= d_kind != DEP_KIND["launch"]
         launch_src = np.full(n, -1, np.int64)
     if "stream_wait" in drop:
-        keep &= (d_kind != "stream_wait") & (d_kind != "stream_wait_inferred")
+        keep &= (d_kind != DEP_KIND["stream_wait"]) & (d_kind != DEP_KIND["stream_wait_inferred"])
     if "thread" in drop:
-        keep &= d_kind != "thread"
+        keep &= d_kind != DEP_KIND["thread"]
     if "sm_wait" in drop:
-        keep &= d_kind != "sm_wait"
+        keep &= d_kind != DEP_KIND["sm_wait"]
     d_src, d_dst, d_kind = d_src[keep], d_dst[keep], d_kind[keep]
     lat = np.zeros(d_src.shape[0], np.int64)
 
@@ -107,16 +147,17 @@ def build_graph(
     if "sync" in drop:
         rt_mode = np.zeros(n, np.int64)
         rt_arg = np.full(n, -1, np.int64)
-    rt_lat = np.where(np.isin(rt_mode, [Rt.STREAM, Rt.DEVICE, Rt.EVENT]), sync_lat, 0)
+    waits = (rt_mode == Rt.STREAM) | (rt_mode == Rt.DEVICE) | (rt_mode == Rt.EVENT)
+    rt_lat = np.where(waits, sync_lat, 0)
 
     if mode == "model":
         gpu_dev = np.where(is_gpu, dev, 0)
         delay[is_gpu] = gap_of[gpu_dev[is_gpu]] if n_dev else 0
-        is_launch = d_kind == "launch"
+        is_launch = d_kind == DEP_KIND["launch"]
         lat[is_launch] = lat_of[dev[d_dst[is_launch]]]
         # a GPU task whose launch is outside the capture: first on its stream -> traced offset
         first_on_proc = np.ones(n, bool)
-        order = np.lexsort((task, proc))
+        order = np.argsort(proc, kind="stable")  # by (proc, task): task ids are 0..n-1
         first_on_proc[order[1:]] = proc[order[1:]] != proc[order[:-1]]
         has_any_launch = np.zeros(n, bool)
         has_any_launch[d_dst[is_launch]] = True

@@ -6,10 +6,11 @@
     trace.meta                        # complete once batches() is exhausted
 
 Modules: `source` (decompressed chunks), `fused` (one numba pass per chunk: top-level structure,
-JSON validation of every event, spans of the kept keys), `scanner` and `walker` (the codes and
-the key list it shares), `decode` and `columns` (spans → Arrow columns), `numbers` (exact decimal
-→ int64 ns, numba), `strings`, `categories` (normalisation), `sniff` (what a file looks like),
-`trace` (the streaming loop).
+JSON validation of every event, spans of the kept keys; `swar` skips string contents 8 bytes at
+a time), `scanner` and `walker` (the codes and the key list it shares), `decode` and `columns`
+(spans → Arrow columns), `numbers` (exact decimal → int64 ns, numba), `strings`, `categories`
+(normalisation), `sniff` (what a file looks like), `trace` (the streaming loop, with buffers
+reused from file to file).
 """
 
 from __future__ import annotations

@@ -48,11 +48,13 @@ def _number(buf, a, b, scale):  # pragma: no cover - numba
         neg = True
         p += 1
     mant = np.int64(0)
+    nd = 0  # digits in `mant`: below 19 of them it cannot overflow (no division per digit)
     while p < b and 48 <= buf[p] <= 57:
-        d = buf[p] - 48
-        if mant > (_INT64_MAX - d) // 10:
+        d = np.int64(buf[p] - 48)
+        if nd >= 18 and mant > (_INT64_MAX - d) // 10:
             return np.int64(0), E_OVERFLOW, True
         mant = mant * 10 + d
+        nd += 1
         p += 1
     frac = 0
     exp = 0
@@ -62,10 +64,11 @@ def _number(buf, a, b, scale):  # pragma: no cover - numba
         p += 1
         f0 = p
         while p < b and 48 <= buf[p] <= 57:
-            d = buf[p] - 48
-            if mant > (_INT64_MAX - d) // 10:
+            d = np.int64(buf[p] - 48)
+            if nd >= 18 and mant > (_INT64_MAX - d) // 10:
                 return np.int64(0), E_OVERFLOW, False
             mant = mant * 10 + d
+            nd += 1
             p += 1
         frac = p - f0
     if p < b and (buf[p] == 101 or buf[p] == 69):

@@ -96,8 +96,13 @@ def _unescape(buf, a, b, out, o):  # pragma: no cover - numba
 
 @numba.njit(cache=True, nogil=True)
 def _copy(buf, a, b, out, o):  # pragma: no cover - numba
-    out[o : o + (b - a)] = buf[a:b]
-    return o + (b - a)
+    if b - a > 16:
+        out[o : o + (b - a)] = buf[a:b]
+        return o + (b - a)
+    for q in range(a, b):  # numba's slice assignment costs more than a short value's copy
+        out[o] = buf[q]
+        o += 1
+    return o
 
 
 @numba.njit(cache=True, nogil=True)
@@ -109,10 +114,14 @@ def str_value(buf, a, b, mode, out, o):  # pragma: no cover - numba
     if c == 34:
         if mode == G_RAW:
             return _copy(buf, a, b, out, o), True, 0
+        # copy while looking for an escape; from the first one on, the slow path
         for q in range(a + 1, b - 1):
-            if buf[q] == 92:  # an escape: the slow path
-                return _unescape(buf, a + 1, b - 1, out, o), True, 0
-        return _copy(buf, a + 1, b - 1, out, o), True, 0
+            c = buf[q]
+            if c == 92:
+                return _unescape(buf, q, b - 1, out, o), True, 0
+            out[o] = c
+            o += 1
+        return o, True, 0
     if c == 110 and b - a == 4:  # null
         return o, False, 0
     if mode == G_STRICT:

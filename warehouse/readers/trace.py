@@ -9,6 +9,7 @@ top-level member, never by the file size.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ class KinetoTrace:
         self._gpu_devices: Counter[int] = Counter()
         self._state_ev_count = 0  # complete events before a scanner error, within its buffer
         self._reason = 0  # fused.R_* of an invalid-JSON error inside an event
+        self._work = bytearray()
 
     def __repr__(self) -> str:
         return f"KinetoTrace({str(self.path)!r})"
@@ -87,22 +89,34 @@ class KinetoTrace:
         step = (
             self.chunk_bytes if gz else max(1, min(self.chunk_bytes, self.path.stat().st_size + 1))
         )
-        work = bytearray(step + 2)
-        scanner = fused.Scanner(step)
+        work, scanner, scratch = _take_buffers(step)
+        self._work = work  # the buffer in use (replaced when it grows), handed back at the end
+        try:
+            yield from self._read(work, scanner, scratch, step, gz)
+        finally:
+            if len(self._work) <= 2 * step + 2:  # not a buffer grown for a giant event
+                _give_back(self._work, scanner, scratch)
+
+    def _read(
+        self, work: bytearray, scanner: fused.Scanner, scratch: Scratch, step: int, gz: bool
+    ) -> Iterator[pa.RecordBatch]:
         state, members = scanner.state, scanner.members
         n_data = 0  # bytes of text in work[1 : 1 + n_data]
         offset = 0  # absolute (decompressed) offset of work[1]
         n_events = 0
-        scratch = Scratch()
+        # Reads never go past `limit` (a reused buffer may be bigger): chunks stay `step` long.
+        limit = step
         with open_stream(self.path) as stream:
             while True:
-                room = len(work) - 2 - n_data
+                room = limit - n_data
                 if room < max(1, step // 2):
                     # the unfinished tail (an event or member longer than half a chunk) leaves
                     # too little room: grow (a new buffer: numpy views of the old one may live)
-                    bigger = bytearray(n_data + step + 2)
-                    bigger[: n_data + 1] = memoryview(work)[: n_data + 1]
-                    work = bigger
+                    limit = n_data + step
+                    if len(work) < limit + 2:
+                        bigger = bytearray(limit + 2)
+                        bigger[: n_data + 1] = memoryview(work)[: n_data + 1]
+                        work = self._work = bigger
                     room = step
                 got = fill(stream, memoryview(work)[1 + n_data : 1 + n_data + room], self.path, gz)
                 if got == 0:
@@ -297,6 +311,34 @@ class KinetoTrace:
         if names:
             return next(iter(names.values()))
         return "mtia" if on_mtia else None
+
+
+# Work buffers of finished readings, for the next file read in this process: a fresh 32 MiB
+# buffer, span arrays and column scratch cost their page faults and zeroing again on every file,
+# which dominated the time of many small traces. At most _MAX_SPARE sets are kept.
+_SPARE: list[tuple[bytearray, fused.Scanner, Scratch]] = []
+_SPARE_LOCK = threading.Lock()
+_MAX_SPARE = 2
+
+
+def _take_buffers(step: int) -> tuple[bytearray, fused.Scanner, Scratch]:
+    """A work buffer of at least step + 2 bytes, a reset scanner and a scratch, reused if a
+    finished reading left ones big enough (never shared by two readings at once)."""
+    with _SPARE_LOCK:
+        for k, (work, scanner, scratch) in enumerate(_SPARE):
+            if len(work) >= step + 2 and scanner.capacity >= max(1024, step // 256):
+                del _SPARE[k]
+                scanner.reset()
+                return work, scanner, scratch
+    return bytearray(step + 2), fused.Scanner(step), Scratch()
+
+
+def _give_back(work: bytearray, scanner: fused.Scanner, scratch: Scratch) -> None:
+    with _SPARE_LOCK:
+        _SPARE.append((work, scanner, scratch))
+        # keep the biggest sets
+        _SPARE.sort(key=lambda t: len(t[0]), reverse=True)
+        del _SPARE[_MAX_SPARE:]
 
 
 def _move(work: bytearray, start: int, end: int, to: int) -> None:

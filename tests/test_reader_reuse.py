@@ -1,0 +1,87 @@
+"""Buffers reused from file to file (warehouse.readers.trace keeps the work buffer, span arrays and
+column scratch of a finished reading for the next one): a reading must not see anything of the
+previous file, two readings interleaved in one thread must not share buffers, and the chunk size
+must stay what the caller asked for even when the reused buffer is bigger.
+
+Expected values come from the standard `json` module, never from the reader.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from warehouse.errors import MalformedTrace
+from warehouse.ingest import sha256_file
+from warehouse.readers import open_trace
+
+DLRM = "dlrm_8rank/worker0_step_12.1694128201545.pt.trace.json.gz"
+GPT = "gpt_cpu/rank-0.pt.trace.json.gz"
+
+
+def _expected(path: Path) -> tuple[list[str | None], list[int | None]]:
+    doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
+    events = doc["traceEvents"]
+    ts = [None if e.get("ts") is None else int(Decimal(e["ts"]) * 1000) for e in events]
+    return [e.get("name") for e in events], ts
+
+
+def _read(path: Path, chunk_bytes: int = 32 << 20) -> tuple[list, list]:
+    table = open_trace(path, chunk_bytes=chunk_bytes).read_all()
+    return table.column("name").to_pylist(), table.column("ts_ns").to_pylist()
+
+
+def test_big_then_small_then_big(examples: Path) -> None:
+    big, small = examples / GPT, examples / DLRM
+    for path in (big, small, big, small):
+        assert _read(path) == _expected(path)
+
+
+def test_interleaved_readings_do_not_share_buffers(examples: Path) -> None:
+    a, b = examples / GPT, examples / DLRM
+    gen_a = open_trace(a, chunk_bytes=1 << 16).batches()
+    gen_b = open_trace(b, chunk_bytes=1 << 16).batches()
+    names_a: list = []
+    names_b: list = []
+    done_a = done_b = False
+    while not (done_a and done_b):
+        for gen, out, done in ((gen_a, names_a, done_a), (gen_b, names_b, done_b)):
+            if done:
+                continue
+            batch = next(gen, None)
+            if batch is None:
+                if gen is gen_a:
+                    done_a = True
+                else:
+                    done_b = True
+                continue
+            out.extend(batch.column("name").to_pylist())
+    assert names_a == _expected(a)[0]
+    assert names_b == _expected(b)[0]
+
+
+def test_a_small_chunk_after_a_big_one_keeps_its_boundaries(examples: Path, tmp_path: Path) -> None:
+    """A late error's byte offset is only right if chunks were refilled at the asked size."""
+    _read(examples / GPT)  # leaves a 32 MiB buffer for reuse
+    text = gzip.decompress((examples / DLRM).read_bytes())
+    at = text.rindex(b'"name": "') + len(b'"name": "')
+    p = tmp_path / "late.json"
+    p.write_bytes(text[:at] + b"\xff" + text[at:])
+    seen = []
+    with pytest.raises(MalformedTrace) as info:
+        for batch in open_trace(p, chunk_bytes=4096).batches():
+            seen.append(batch.num_rows)
+    assert f"invalid UTF-8 at byte {at} " in str(info.value)
+    assert len(seen) > 10  # many 4 KiB chunks, not one read of the whole file
+
+
+def test_sha256_file_matches_hashlib(examples: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    for path in (empty, examples / DLRM):
+        assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()

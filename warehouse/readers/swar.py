@@ -1,0 +1,65 @@
+"""SIMD within a register: find the next byte of interest in a string 8 bytes at a time.
+
+JSON string contents are most of a trace's bytes (names, keys, args text), and a string only ends
+or needs attention at a quote, a backslash or a control character. `special8` tests 8 bytes for
+those with a few integer operations (the classic has-zero-byte / has-less-than tricks) instead of
+8 compares and branches, and `skip_plain` uses it to jump to the next such byte.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import intrinsic
+
+_ONES = np.uint64(0x0101010101010101)
+_HIGH = np.uint64(0x8080808080808080)
+_QUOTES = np.uint64(0x2222222222222222)
+_BACKSLASHES = np.uint64(0x5C5C5C5C5C5C5C5C)
+_SPACES = np.uint64(0x2020202020202020)  # bytes below 0x20 are control characters
+
+
+@intrinsic
+def load8(typingctx, arr, i):  # pragma: no cover - numba
+    """The 8 bytes of a uint8 array at index i as a little-endian uint64 (unaligned load).
+
+    No bounds check: the caller guarantees i + 8 <= len(arr).
+    """
+    if not (isinstance(arr, types.Array) and arr.dtype == types.uint8):
+        return None
+    if not isinstance(i, types.Integer):
+        return None
+    sig = types.uint64(arr, i)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        idx = context.cast(builder, args[1], signature.args[1], types.intp)
+        ptr = builder.gep(ary.data, [idx])
+        word = builder.bitcast(ptr, ir.IntType(64).as_pointer())
+        return builder.load(word, align=1)
+
+    return sig, codegen
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def special8(x):  # pragma: no cover - numba
+    """High bit set in the byte lanes of `x` that are '"', '\\' or < 0x20. The lowest set lane is
+    exact (a borrow only reaches lanes above a true match), which is all `skip_plain` uses."""
+    q = x ^ _QUOTES
+    b = x ^ _BACKSLASHES
+    return (((q - _ONES) & ~q) | ((b - _ONES) & ~b) | ((x - _SPACES) & ~x)) & _HIGH
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def skip_plain(buf, i, n):  # pragma: no cover - numba
+    """The first index >= i of a '"', '\\' or control byte, looking 8 bytes at a time while 8
+    remain; `n - 8 < result <= n` (or a special byte) when fewer than 8 bytes remain."""
+    while i + 8 <= n:
+        m = special8(load8(buf, i))
+        if m != 0:
+            return i + (np.int64(trailing_zeros(m)) >> 3)
+        i += 8
+    return i
