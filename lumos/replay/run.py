@@ -18,15 +18,22 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401 (pa.compute)
 
 import lumos_sql
-from lumos.replay.build import build_graph
+from lumos.replay.build import TaskColumns, build_graph
 from lumos.replay.constants import DeviceConstants, estimate, to_arrow
 from lumos.replay.multirank import MODE as MULTIRANK
 from lumos.replay.multirank import build_multirank
 from warehouse.layout import Layout, encode_job, write_parquet_atomic
-from warehouse.schema import ITERATION_REPLAY, SCHEDULES
+from warehouse.schema import (
+    DEPS,
+    ITERATION_REPLAY,
+    ITERATIONS,
+    KERNELS,
+    REPLAY_QUALITY,
+    SCHEDULES,
+    TASKS,
+)
 
 GRAPH_SCRIPTS = ("base", "constants")
 GRAPH_SCRIPTS_AFTER_CONST = ("iterations", "tasks", "deps", "kernels", "slack")
@@ -98,10 +105,11 @@ def rank_graphs(
         t = tasks if one else tasks.filter(pa.array(t_rank == r))
         d = deps if one else deps.filter(pa.array(d_rank == r))
         c = [x for x in consts if x.rank == r]
+        cols = TaskColumns(t)  # both modes' graphs from one conversion of the columns
         for mode in modes:
             if mode == MULTIRANK:
                 continue
-            g = build_graph(t, d, c, mode=mode, drop=drop, source=f"{job} rank {r} ({mode})")
+            g = build_graph(cols, d, c, mode=mode, drop=drop, source=f"{job} rank {r} ({mode})")
             n = t.num_rows
             out.append(Instance(mode, g, np.full(n, r, np.int64), np.arange(n, dtype=np.int64)))
     if MULTIRANK in modes and len(ranks) > 1 and collectives is not None:
@@ -118,8 +126,9 @@ def replay_graphs(
 ) -> pa.Table:
     """Replay the instances in one batch, register `g_sched` on `con` and return it.
 
-    In a multirank instance `crit_src` is the local id of the critical predecessor on its own
-    rank, which is another rank's task when a collective's last arrival bounded the task.
+    A multirank instance's critical predecessor on *another* rank (a collective's last arrival)
+    is stored as crit_src -1 with crit_kind COLLECTIVE: the per-rank tables have no cross-rank
+    ids, and an explanation's critical-path walk stops there, at the communication wait.
     """
     from kernels.replay import replay_batch
 
@@ -132,7 +141,9 @@ def replay_graphs(
         crit = s.crit_src[:n].astype(np.int64)
         # ids past n (the identity replay's anchor) stay as they are
         inside = (crit >= 0) & (crit < n)
-        crit = np.where(inside, inst.local_task[np.clip(crit, 0, n - 1)], crit)
+        src = np.clip(crit, 0, n - 1)
+        crit = np.where(inside, inst.local_task[src], crit)
+        crit = np.where(inside & (inst.rank[src] != inst.rank), -1, crit)
         parts.append(
             pa.table(
                 {
@@ -172,20 +183,35 @@ def replay_job(
     out = JobReplay(job, constants=consts, queue_depth=q)
     if instances:
         sched = replay_graphs(con, job, instances, q)
-        # the multirank schedule scores iteration_replay but is not stored: its critical
-        # predecessors cross ranks (a collective's last arrival), which lumos.explain's per-rank
-        # critical-path walk does not follow yet
-        out.tables["schedules"] = sched.filter(pa.compute.not_equal(sched["mode"], MULTIRANK))
+        out.tables["schedules"] = sched
         con.execute(lumos_sql.load("replay/iteration_replay"))
     else:
         out.tables["schedules"] = SCHED_SCHEMA.empty_table()
         con.register("g_sched", out.tables["schedules"])
         con.execute(lumos_sql.load("replay/iteration_replay"))
-    for name in ("iterations", "tasks", "deps", "kernels", "iteration_replay"):
-        out.tables[name] = con.sql(f"SELECT * FROM {name}").to_arrow_table()  # noqa: S608
-    out.tables["iteration_replay"] = out.tables["iteration_replay"].cast(ITERATION_REPLAY)
-    out.tables["replay_quality"] = con.sql(lumos_sql.load("replay/quality")).to_arrow_table()
+    for name, schema in TABLE_SCHEMAS.items():
+        sql = lumos_sql.load("replay/quality") if name == "replay_quality" else f"FROM {name}"
+        out.tables[name] = _conform(con.sql(sql).to_arrow_table(), schema, name)
     return out
+
+
+TABLE_SCHEMAS = {
+    "iterations": ITERATIONS,
+    "tasks": TASKS,
+    "deps": DEPS,
+    "kernels": KERNELS,
+    "iteration_replay": ITERATION_REPLAY,
+    "replay_quality": REPLAY_QUALITY,
+}
+
+
+def _conform(table: pa.Table, schema: pa.Schema, name: str) -> pa.Table:
+    """The SQL's result as the registered schema: the columns it names, in its order and types
+    (a column the SQL stopped producing is an error here, not a silent change of the table)."""
+    missing = [f.name for f in schema if f.name not in table.column_names]
+    if missing:
+        raise RuntimeError(f"lumos_sql for table {name!r} no longer yields {missing}")
+    return table.select(schema.names).cast(schema)
 
 
 def job_collectives(warehouse: str | os.PathLike[str], con, job: str) -> pa.Table | None:  # noqa: ANN001
