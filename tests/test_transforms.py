@@ -242,3 +242,74 @@ def test_compressed_graph_keeps_the_makespan_exactly():
         full = replay_sweep(eg.graph, durations(eg, fixed, var, mult, add, fs), parallel=False)
         merged = replay_sweep(cg.graph, cg.durations(fixed, var, mult, add, fs), parallel=False)
         np.testing.assert_array_equal(merged, full)
+
+
+def test_optimizer_gaps_follow_the_parameter_tensors():
+    """A for-loop optimizer's Python time between its per-tensor ops scales with the tensors the
+    rank holds: by hand, layers 10 + 20 each, optimizer 5 ns after a 6 ns gap."""
+    tpl = _template()
+    tpl.gap_ns[-1] = 6
+    _, _, _, end = _run(tpl, Structure(layers=2))
+    assert end.max() == 2 * 30 + 6 + 5
+    _, _, _, end = _run(tpl, Structure(layers=2, opt_scale=(1.5,)))
+    assert end.max() == 2 * 30 + 9 + 5  # gap 6 * 1.5; the duration is scaled by its class
+    eg, _, _, end = _run(tpl, Structure(layers=2, pp=2, opt_scale=(0.5, 2.0)))
+    # stage 0 forward 0-10 -> stage 1 forward 10-20, backward 20-40, optimizer after 6 * 2;
+    # stage 0 backward 40-60, optimizer after 6 * 0.5
+    assert [int(end[eg.stage == s].max()) for s in (0, 1)] == [60 + 3 + 5, 40 + 12 + 5]
+
+
+def _optimizer_template(elems, durs, names):
+    n = len(elems)
+    return Template(
+        job="hand",
+        block=np.full(n, BLOCK["opt"], np.int8),
+        layer=np.full(n, -1, np.int64),
+        mb=np.full(n, -1, np.int64),
+        role=np.full(n, ROLE["opt"], np.int8),
+        bwd=np.zeros(n, np.int8),
+        dur_ns=np.array(durs, np.int64),
+        gap_ns=np.zeros(n, np.int64),
+        end_gap_ns=0,
+        step_ns=np.array([sum(durs)], np.int64),
+        names=list(names),
+        elems=np.array(elems, np.int64),
+    )
+
+
+def test_optimizer_per_call_part_is_fitted_on_its_own_ops():
+    from lumos.estimate.config import ModelConfig
+    from lumos.estimate.retime import split_fixed
+
+    # mul_: 2000 ns + 1 ns per element on 1k, 10k and 100k-element tensors; item: scalars only
+    elems = [1000, 10000, 100000, 0, 0]
+    durs = [3000, 12000, 102000, 700, 900]
+    names = ["aten::mul_"] * 3 + ["aten::item"] * 2
+    elems[3:] = [1, 1]
+    fixed, _ = split_fixed(_optimizer_template(elems, durs, names), ModelConfig(layers=1))
+    assert fixed.tolist() == [2000, 2000, 2000, 700, 900]
+
+
+def test_optimizer_without_shapes_keeps_the_token_overhead():
+    from lumos.estimate.config import ModelConfig
+    from lumos.estimate.retime import split_fixed
+
+    tpl = _optimizer_template([0, 0], [100, 200], ["aten::mul_", "aten::mul_"])
+    fixed, fitted = split_fixed(tpl, ModelConfig(layers=1))
+    assert fixed.tolist() == [
+        min(round(fitted["token_fwd"]), 90),
+        min(round(fitted["token_fwd"]), 180),
+    ]
+
+
+def test_parameter_tensor_counts():
+    from lumos.estimate.config import ModelConfig
+    from lumos.estimate.retime import base_opt_tensors, stage_tensor_counts
+
+    gpt = ModelConfig(layers=4, hidden=128, heads=4, seq=128, vocab=1024)
+    # per block: qkv w b, out w b, up w b, down w b, 2 norms w b; + tokens, positions; + norm, head
+    assert stage_tensor_counts(gpt) == [4 * 12 + 2 + 3]
+    assert stage_tensor_counts(gpt.replace(pp=2)) == [2 * 12 + 2, 2 * 12 + 3]
+    assert stage_tensor_counts(gpt.replace(gated_mlp=True)) == [4 * 11 + 5]
+    assert stage_tensor_counts(gpt.replace(tp=4)) == stage_tensor_counts(gpt)  # shards
+    assert base_opt_tensors(gpt.replace(pp=2)) == 2 * 12

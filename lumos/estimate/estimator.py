@@ -40,10 +40,12 @@ from lumos.estimate.memory import estimate_memory
 from lumos.estimate.retime import (
     GEMM_ROLES,
     TOKEN_ROLES,
+    base_opt_tensors,
     extrapolation,
     features,
     split_fixed,
     stage_param_counts,
+    stage_tensor_counts,
 )
 from lumos.estimate.transforms import (
     N_ROLES,
@@ -62,6 +64,9 @@ from lumos.estimate.transforms import (
 )
 
 SPEEDUP_PREFIX = "speedup."
+# Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
+# warehouse's old cache is rebuilt instead of read wrongly.
+CACHE_FORMAT = 2
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -173,6 +178,7 @@ class Estimator:
         self.fixed = fixed
         self.var = tpl.dur_ns - fixed
         self.base_feat = features(base, stage_param_counts(base)[0] if base.pp == 1 else None)
+        self.base_tensors = base_opt_tensors(base)
         self._graphs: dict[Structure, EditedGraph] = {}
         self._compressed: dict[Structure, CompressedGraph] = {}
         # the roles the template has (interval and warnings look at these only)
@@ -203,7 +209,8 @@ class Estimator:
         paths = {k: folder / f"{k}.json" for k in ("base", "comm")}
         stamp = manifest_stamp(wh_root)
         fresh = template_path(wh_root, job).exists() and all(p.exists() for p in paths.values())
-        if not fresh or json.loads(paths["comm"].read_text()).get("manifest") != stamp:
+        cached_comm = json.loads(paths["comm"].read_text()) if fresh else {}
+        if cached_comm.get("manifest") != stamp or cached_comm.get("format") != CACHE_FORMAT:
             _build_cache(wh_root, job, stamp)
         tpl = Template.load(template_path(wh_root, job))
         cached = json.loads(paths["base"].read_text())
@@ -251,7 +258,15 @@ class Estimator:
         # ranks sharing the device slow every CPU op (not the modelled collectives)
         cpu = np.ones(nc)
         cpu[:N_ROLES] = cpu[[cls_opt(s) for s in range(pp)]] = self.cpu_scale(cfg)
-        return mult * sp * cpu, add * sp, sp * cpu, ratio
+        # the optimizer's per-call parts follow its parameter tensors, its per-element parts
+        # (mult) its parameters
+        calls = np.ones(nc)
+        calls[[cls_opt(s) for s in range(pp)]] = self.opt_scale(cfg)
+        return mult * sp * cpu, add * sp, sp * cpu * calls, ratio
+
+    def opt_scale(self, cfg: ModelConfig) -> tuple[float, ...]:
+        """Per stage, parameter tensors of cfg's rank vs the template's (4 digits: a graph key)."""
+        return tuple(round(t / self.base_tensors, 4) for t in stage_tensor_counts(cfg))
 
     def cpu_scale(self, cfg: ModelConfig) -> float:
         """Contention of cfg's world size relative to the base's (4 digits: a graph key)."""
@@ -267,6 +282,7 @@ class Estimator:
             tp=cfg.tp,
             dp=1 if cfg.dp == 1 else 2,
             cpu_scale=self.cpu_scale(cfg),
+            opt_scale=self.opt_scale(cfg),
         )
 
     def graph(self, s: Structure) -> EditedGraph:
@@ -452,5 +468,6 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
             "sync_notes": comm.sync_notes,
             "contention": Contention.calibrate(wh, job).to_dict(),
             "manifest": stamp,
+            "format": CACHE_FORMAT,
         },
     )

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,8 @@ class Template:
     -1 outside), ``role`` (ROLE code), ``bwd`` (1 for backward ops), ``dur_ns``, ``gap_ns`` (idle
     time before the op on its thread, kept as the replay delay), ``end_gap_ns`` the idle time from
     the last op to the step's end. ``step_ns`` the job's traced step durations (for the interval).
+    ``elems`` the element count of the op's largest input tensor (0 when the trace recorded no
+    shapes): an optimizer op's parameter size, from which its per-call cost is fitted.
     """
 
     job: str
@@ -93,6 +96,11 @@ class Template:
     step_ns: np.ndarray
     names: list[str] = field(default_factory=list)
     rank: int = 0
+    elems: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.elems is None:
+            self.elems = np.zeros(self.dur_ns.shape[0], np.int64)
 
     @property
     def n(self) -> int:
@@ -111,6 +119,7 @@ class Template:
             dur_ns=self.dur_ns,
             gap_ns=self.gap_ns,
             step_ns=self.step_ns,
+            elems=self.elems,
             meta=np.array(
                 json.dumps(
                     {
@@ -141,6 +150,7 @@ class Template:
                 step_ns=z["step_ns"],
                 names=meta["names"],
                 rank=int(meta["rank"]),
+                elems=z["elems"],
             )
 
 
@@ -503,7 +513,23 @@ def template_from_rows(job: str, rows: list[dict[str, Any]]) -> Template:
         step_ns=step_ns,
         names=[ref[i]["name"] for i in idx],
         rank=int(ref[0]["rank"]),
+        elems=np.array([largest_input(ref[i].get("input_dims")) for i in idx], np.int64),
     )
+
+
+def largest_input(input_dims: Any) -> int:
+    """Elements of the largest tensor in a Kineto `Input Dims` value (a JSON list of shapes; an
+    empty shape is a scalar, non-list entries are other arguments); 0 when there is none."""
+    if isinstance(input_dims, str):
+        try:
+            input_dims = json.loads(input_dims)
+        except ValueError:
+            return 0
+    best = 0
+    for shape in input_dims or ():
+        if isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape):
+            best = max(best, math.prod(shape))
+    return best
 
 
 def template_path(root: Path, job: str) -> Path:

@@ -50,6 +50,19 @@ def params_per_layer(cfg: ModelConfig, tp: int = 1) -> int:
     return split + replicated
 
 
+def tensors_per_layer(cfg: ModelConfig) -> int:
+    """Parameter tensors of one transformer block, in `params_per_layer`'s layout (a rank holds a
+    shard of each, so tensor parallelism does not change the count): QKV and attention-out weight
+    and bias, the MLP's weights (gate and up when gated) and, ungated, their biases, two norms'
+    weight and bias."""
+    return 4 + (3 if cfg.gated_mlp else 4) + 4
+
+
+# tokens and positions; final norm's weight and bias and the LM head
+EMBEDDING_TENSORS = 2
+HEAD_TENSORS = 3
+
+
 def _embedding_params(cfg: ModelConfig, tp: int = 1) -> int:
     return (cfg.vocab // tp) * cfg.hidden + cfg.seq * cfg.hidden
 

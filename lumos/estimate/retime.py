@@ -28,6 +28,11 @@ emb    t·h
 param_l  parameters of one layer / tp
 opt    parameters held by the rank (its stage) / tp
 ====== =====================================
+
+The optimizer's per-call part is fitted on its own ops where the trace recorded their shapes
+(`_optimizer_fixed`), and scales with the parameter *tensors* the rank holds
+(`stage_tensor_counts`), as do the gaps between its ops: a for-loop optimizer runs the same ops
+once per tensor.
 """
 
 from __future__ import annotations
@@ -36,7 +41,13 @@ import numpy as np
 
 from lumos.estimate.config import ModelConfig
 from lumos.estimate.layers import ROLE, ROLES, Template
-from lumos.estimate.memory import params_per_layer, stage_layers
+from lumos.estimate.memory import (
+    EMBEDDING_TENSORS,
+    HEAD_TENSORS,
+    params_per_layer,
+    stage_layers,
+    tensors_per_layer,
+)
 
 GEMM_ROLES = ("gemm_qkv", "gemm_out", "gemm_up", "gemm_down", "gemm_head")
 TOKEN_ROLES = ("tok_h", "tok_f", "tok_v", "emb")
@@ -74,6 +85,25 @@ def stage_param_counts(cfg: ModelConfig) -> list[float]:
     counts[0] += emb
     counts[-1] += head
     return counts
+
+
+def stage_tensor_counts(cfg: ModelConfig) -> list[float]:
+    """Parameter tensors held by one rank of each pipeline stage: a for-loop optimizer (PyTorch's
+    default on the CPU, and `foreach=False` anywhere) runs the same ops once per tensor, so its
+    per-call costs and the Python time between them scale with this count."""
+    per_layer = tensors_per_layer(cfg)
+    counts = [float(n * per_layer) for n in stage_layers(cfg.layers, cfg.pp)]
+    counts[0] += EMBEDDING_TENSORS
+    counts[-1] += HEAD_TENSORS
+    return counts
+
+
+def base_opt_tensors(base: ModelConfig) -> float:
+    """The template's optimizer tensors: the whole model's, or one stage's layers when the base
+    itself is pipelined (as `features` counts its parameters)."""
+    if base.pp == 1:
+        return stage_tensor_counts(base)[0]
+    return float(max(stage_layers(base.layers, base.pp)) * tensors_per_layer(base))
 
 
 def _fit_c0(t: np.ndarray, x: np.ndarray) -> float | None:
@@ -114,7 +144,28 @@ def split_fixed(tpl: Template, base: ModelConfig) -> tuple[np.ndarray, dict[str,
             )
             md = m & (tpl.bwd == d)
             fixed[md] = np.minimum(c0, 0.9 * dur[md])
-    return fixed.astype(np.int64), fitted
+    _optimizer_fixed(tpl, dur, fixed)
+    return np.rint(fixed).astype(np.int64), fitted
+
+
+def _optimizer_fixed(tpl: Template, dur: np.ndarray, fixed: np.ndarray) -> None:
+    """The per-call part of the optimizer's ops, fitted on the optimizer itself where the trace
+    recorded shapes: a for-loop optimizer calls each op once per parameter tensor, on tensors of
+    many sizes (norm weights, biases, matrices, embeddings), so per op name the intercept of
+    ``t = c0 + k·elements`` is well determined. Calls that only ever see scalars (the step
+    counter's `item`) are all per-call. Other ops keep the token-op overhead set by the caller."""
+    opt = np.flatnonzero(tpl.role == ROLE["opt"])
+    if opt.size == 0 or not (tpl.elems[opt] > 0).any():
+        return
+    names = np.array([tpl.names[i] for i in opt], dtype=object)
+    for name in set(names.tolist()):
+        ids = opt[names == name]
+        x = tpl.elems[ids].astype(float)
+        c0 = _fit_c0(dur[ids], x)
+        if c0 is not None:
+            fixed[ids] = np.minimum(c0, 0.9 * dur[ids])
+        elif x.max() <= 1:
+            fixed[ids] = dur[ids]
 
 
 def extrapolation(ratio: np.ndarray, used: np.ndarray) -> list[str]:

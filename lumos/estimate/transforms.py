@@ -64,6 +64,9 @@ class Structure:
     tp: int = 1
     dp: int = 1
     cpu_scale: float = 1.0  # contention of the target's world vs the base's (scales CPU gaps)
+    # per stage, the optimizer's parameter tensors vs the base's (scales the optimizer's gaps:
+    # a for-loop optimizer's Python time between its per-tensor ops); empty: unchanged
+    opt_scale: tuple[float, ...] = ()
 
 
 def n_classes(pp: int) -> int:
@@ -337,7 +340,9 @@ def _assemble(
     on_comm = np.repeat(np.array([c for st in stages for c in st.seg_comm], bool), seg_len)
     n_procs = len(stages) * (2 if on_comm.any() else 1)
     proc = stage + len(stages) * on_comm
-    gap = np.where(tpl_idx >= 0, tpl.gap_ns[np.maximum(tpl_idx, 0)], 0)
+    gap = np.where(tpl_idx >= 0, tpl.gap_ns[np.maximum(tpl_idx, 0)], 0).astype(np.float64)
+    if s.opt_scale:
+        gap = np.where(has & (phase == 2), gap * np.asarray(s.opt_scale)[stage], gap)
     delay = np.rint(gap * s.cpu_scale).astype(np.int64)
     for si, st in enumerate(stages):
         delay[off[si] + st.marks[("end", 0)]] = round(tpl.end_gap_ns * s.cpu_scale)
