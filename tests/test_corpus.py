@@ -7,7 +7,7 @@ the replay bounds (median <= 1%, max <= 3%); the base configuration inferred fro
 trace is the configuration it was run with; and estimation from two bases (issue 5).
 
 The estimation bounds of issue 5 (mean <= 4%, max <= 10% over every configuration) are not met
-(docs/estimate.md, "Accuracy on the corpus": 6.4% / 13.3% from `base`, 7.8% / 14.7% from
+(docs/estimate.md, "Accuracy on the corpus": 6.1% / 13.3% from `base`, 7.1% / 14.7% from
 `layers_x2`, where the same configuration measured twice on the quiet machine differs by up to 9.5%
 for single-rank runs and 20% for pipelined ones). What is asserted is that level: mean |error| at
 most 8.5% and every configuration within 15% of its median traced step, from both bases, and every

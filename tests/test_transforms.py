@@ -313,3 +313,33 @@ def test_parameter_tensor_counts():
     assert stage_tensor_counts(gpt.replace(gated_mlp=True)) == [4 * 11 + 5]
     assert stage_tensor_counts(gpt.replace(tp=4)) == stage_tensor_counts(gpt)  # shards
     assert base_opt_tensors(gpt.replace(pp=2)) == 2 * 12
+
+
+def test_attention_split_prices_its_flops_at_the_traces_gemm_rate():
+    from lumos.estimate.config import ModelConfig
+    from lumos.estimate.retime import attention_compute_share, attention_ratio
+
+    base = ModelConfig(layers=1, hidden=4, heads=1, seq=10, micro_batch=1)
+    # QKV GEMM: 10 tokens x 4 x 12 = 480 MACs: 960 FLOPs forward in 96 ns (10 FLOP/ns), 1920
+    # backward in 96 ns (20 FLOP/ns). Causal attention: 2 * 100 * 4 = 800 FLOPs forward (80 ns
+    # at 10/ns), 2000 backward (100 ns at 20/ns): 180 of its 200 + 400 ns are compute.
+    rows = [("gemm_qkv", 0, 96), ("attn", 0, 200), ("attn", 1, 400), ("gemm_qkv", 1, 96)]
+    tpl = Template(
+        job="hand",
+        block=np.full(4, BLOCK["f_layer"], np.int8),
+        layer=np.zeros(4, np.int64),
+        mb=np.zeros(4, np.int64),
+        role=np.array([ROLE[r] for r, _, _ in rows], np.int8),
+        bwd=np.array([d for _, d, _ in rows], np.int8),
+        dur_ns=np.array([t for _, _, t in rows], np.int64),
+        gap_ns=np.zeros(4, np.int64),
+        end_gap_ns=0,
+        step_ns=np.array([792], np.int64),
+    )
+    share = attention_compute_share(tpl, base, np.zeros(4))
+    assert share == pytest.approx(180 / 600)
+    # seq x2: the compute share x4 (s^2), the rest x2 (s)
+    assert attention_ratio(base.replace(seq=20), base, share) == pytest.approx(0.3 * 4 + 0.7 * 2)
+    assert attention_ratio(base.replace(tp=2), base, share) == pytest.approx(0.5)
+    no_gemm = Template(**{**tpl.__dict__, "role": np.full(4, ROLE["attn"], np.int8)})
+    assert attention_compute_share(no_gemm, base, np.zeros(4)) == 1.0

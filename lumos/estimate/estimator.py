@@ -40,6 +40,8 @@ from lumos.estimate.memory import estimate_memory
 from lumos.estimate.retime import (
     GEMM_ROLES,
     TOKEN_ROLES,
+    attention_compute_share,
+    attention_ratio,
     base_opt_tensors,
     extrapolation,
     features,
@@ -179,6 +181,7 @@ class Estimator:
         self.var = tpl.dur_ns - fixed
         self.base_feat = features(base, stage_param_counts(base)[0] if base.pp == 1 else None)
         self.base_tensors = base_opt_tensors(base)
+        self.attn_share = attention_compute_share(tpl, base, fixed)
         self._graphs: dict[Structure, EditedGraph] = {}
         self._compressed: dict[Structure, CompressedGraph] = {}
         # the roles the template has (interval and warnings look at these only)
@@ -238,6 +241,7 @@ class Estimator:
         pp = cfg.pp
         nc = n_classes(pp)
         ratio = features(cfg) / self.base_feat
+        ratio[ROLE["attn"]] = attention_ratio(cfg, self.base, self.attn_share)
         mult = np.ones(nc)
         mult[:N_ROLES] = ratio
         mult[ROLE["const"]] = 1.0

@@ -20,7 +20,8 @@ out    t·h·h/tp
 up     t·h·f/tp (gated: 2×)
 down   t·f·h/tp
 head   t·h·v
-attn   b·s²·h/tp           (b·heads·s²·d)
+attn   b·s²·h/tp for the share of its time that is FLOPs at the trace's GEMM rate,
+       b·s·h/tp for the rest (`attention_compute_share`)
 tok_h  t·h                 (bytes ∝)
 tok_f  t·f/tp
 tok_v  t·v
@@ -166,6 +167,59 @@ def _optimizer_fixed(tpl: Template, dur: np.ndarray, fixed: np.ndarray) -> None:
             fixed[ids] = np.minimum(c0, 0.9 * dur[ids])
         elif x.max() <= 1:
             fixed[ids] = dur[ids]
+
+
+def gemm_throughput(tpl: Template, base: ModelConfig, var: np.ndarray) -> tuple[float, float]:
+    """FLOP/ns the template's GEMMs achieve in their variable part, forward and backward (a
+    backward computes the input's and the weight's gradients: twice the forward's FLOPs). 0 when
+    the template has no GEMM."""
+    feat = features(base, stage_param_counts(base)[0] if base.pp == 1 else None)
+    out = []
+    for d, per_mac in ((0, 2.0), (1, 4.0)):
+        flops = busy = 0.0
+        for r in GEMM_ROLES:
+            code = ROLE[r]
+            n_linear = int(np.count_nonzero((tpl.role == code) & (tpl.bwd == 0)))
+            flops += per_mac * feat[code] * n_linear
+            busy += float(var[(tpl.role == code) & (tpl.bwd == d)].sum())
+        out.append(flops / busy if flops > 0 and busy > 0 else 0.0)
+    return out[0], out[1]
+
+
+def _attention_flops(cfg: ModelConfig) -> tuple[float, float]:
+    """Causal attention FLOPs of one call (decoder LLMs): scores and weighted values, each
+    b·s²·h MACs halved by the mask, forward; backward 2.5x (dQ, dK, dV and the recomputed
+    scores of memory-efficient kernels)."""
+    fwd = 2.0 * cfg.micro_batch * float(cfg.seq) ** 2 * cfg.hidden / cfg.tp
+    return fwd, 2.5 * fwd
+
+
+def attention_compute_share(tpl: Template, base: ModelConfig, fixed: np.ndarray) -> float:
+    """The share of attention's variable time that is its s² FLOPs, priced at the throughput the
+    trace's own GEMMs achieve (a roofline split: the device's measured compute rate, not a
+    datasheet peak). The rest — reading Q, K, V, writing O, per-row softmax statistics — scales
+    with b·s·h. 1 (all s²) when the template has no GEMM to price it with."""
+    m = tpl.role == ROLE["attn"]
+    var = tpl.dur_ns.astype(float) - fixed
+    busy = float(var[m].sum())
+    rate_f, rate_b = gemm_throughput(tpl, base, var)
+    if busy <= 0 or rate_f <= 0 or rate_b <= 0:
+        return 1.0
+    calls = int(np.count_nonzero(m & (tpl.bwd == 0)))
+    fwd, bwd = _attention_flops(base)
+    return float(min(1.0, calls * (fwd / rate_f + bwd / rate_b) / busy))
+
+
+def attention_ratio(cfg: ModelConfig, base: ModelConfig, share: float) -> float:
+    """How much longer cfg's attention runs than the base's: the compute share follows b·s²·h,
+    the rest b·s·h (per rank)."""
+
+    def per_rank(c: ModelConfig, s_power: int) -> float:
+        return c.micro_batch * float(c.seq) ** s_power * c.hidden / c.tp
+
+    return share * per_rank(cfg, 2) / per_rank(base, 2) + (1 - share) * per_rank(cfg, 1) / per_rank(
+        base, 1
+    )
 
 
 def extrapolation(ratio: np.ndarray, used: np.ndarray) -> list[str]:
