@@ -202,9 +202,9 @@ class _KeyColumns:
 
 
 def _with_keys(
-    batch: pa.RecordBatch, job: str, rank: int, sha: str, cache: _KeyColumns | None = None
+    batch: pa.RecordBatch, job: str, rank: int, sha: str, cache: _KeyColumns
 ) -> pa.RecordBatch:
-    keys = (cache or _KeyColumns()).get(job, rank, sha, batch.num_rows)
+    keys = cache.get(job, rank, sha, batch.num_rows)
     return pa.RecordBatch.from_arrays(keys + list(batch.columns), schema=EVENTS)
 
 

@@ -225,8 +225,7 @@ ITERATION_REPLAY = pa.schema(
 )
 TABLES["iteration_replay"] = ITERATION_REPLAY
 
-# The execution graph of each job and rank (lumos.replay.graph_tables; written beside the replay
-# results). Task times are ns relative to the rank's origin (origin_ns, epoch ns).
+# The execution graph of each job and rank (lumos_sql/graph; written beside the replay results). Task times are ns relative to the rank's origin (origin_ns, epoch ns).
 TASKS = pa.schema(
     [
         pa.field("job", pa.string()),

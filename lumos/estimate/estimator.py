@@ -42,6 +42,7 @@ from lumos.estimate.retime import (
     TOKEN_ROLES,
     attention_compute_share,
     attention_ratio,
+    base_features,
     base_opt_tensors,
     extrapolation,
     features,
@@ -179,7 +180,7 @@ class Estimator:
         fixed, self.overheads = split_fixed(tpl, base)
         self.fixed = fixed
         self.var = tpl.dur_ns - fixed
-        self.base_feat = features(base, stage_param_counts(base)[0] if base.pp == 1 else None)
+        self.base_feat = base_features(base)
         self.base_tensors = base_opt_tensors(base)
         self.attn_share = attention_compute_share(tpl, base, fixed)
         self._graphs: dict[Structure, EditedGraph] = {}

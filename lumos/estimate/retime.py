@@ -77,6 +77,12 @@ def features(cfg: ModelConfig, stage_params: float | None = None) -> np.ndarray:
     return out
 
 
+def base_features(base: ModelConfig) -> np.ndarray:
+    """`features` of the template's own configuration: its optimizer holds the whole model, or
+    one stage's layers when the base itself is pipelined."""
+    return features(base, stage_param_counts(base)[0] if base.pp == 1 else None)
+
+
 def stage_param_counts(cfg: ModelConfig) -> list[float]:
     """Parameters held by one rank of each pipeline stage (embedding first, head last)."""
     per_layer = params_per_layer(cfg, cfg.tp)
@@ -120,8 +126,7 @@ def _fit_c0(t: np.ndarray, x: np.ndarray) -> float | None:
 
 def split_fixed(tpl: Template, base: ModelConfig) -> tuple[np.ndarray, dict[str, float]]:
     """Fixed (shape-independent) part of every template op; the overheads fitted, by family."""
-    feat = features(base, stage_param_counts(base)[0] if base.pp == 1 else None)
-    x = feat[tpl.role.astype(np.int64)]
+    x = base_features(base)[tpl.role.astype(np.int64)]
     dur = tpl.dur_ns.astype(float)
     fixed = np.zeros(tpl.n)
     fitted: dict[str, float] = {}
@@ -169,11 +174,10 @@ def _optimizer_fixed(tpl: Template, dur: np.ndarray, fixed: np.ndarray) -> None:
             fixed[ids] = dur[ids]
 
 
-def gemm_throughput(tpl: Template, base: ModelConfig, var: np.ndarray) -> tuple[float, float]:
+def gemm_throughput(tpl: Template, feat: np.ndarray, var: np.ndarray) -> tuple[float, float]:
     """FLOP/ns the template's GEMMs achieve in their variable part, forward and backward (a
-    backward computes the input's and the weight's gradients: twice the forward's FLOPs). 0 when
-    the template has no GEMM."""
-    feat = features(base, stage_param_counts(base)[0] if base.pp == 1 else None)
+    backward computes the input's and the weight's gradients: twice the forward's FLOPs), with
+    `feat` the base's `base_features`. 0 when the template has no GEMM."""
     out = []
     for d, per_mac in ((0, 2.0), (1, 4.0)):
         flops = busy = 0.0
@@ -202,7 +206,7 @@ def attention_compute_share(tpl: Template, base: ModelConfig, fixed: np.ndarray)
     m = tpl.role == ROLE["attn"]
     var = tpl.dur_ns.astype(float) - fixed
     busy = float(var[m].sum())
-    rate_f, rate_b = gemm_throughput(tpl, base, var)
+    rate_f, rate_b = gemm_throughput(tpl, base_features(base), var)
     if busy <= 0 or rate_f <= 0 or rate_b <= 0:
         return 1.0
     calls = int(np.count_nonzero(m & (tpl.bwd == 0)))
@@ -214,12 +218,13 @@ def attention_ratio(cfg: ModelConfig, base: ModelConfig, share: float) -> float:
     """How much longer cfg's attention runs than the base's: the compute share follows b·s²·h,
     the rest b·s·h (per rank)."""
 
-    def per_rank(c: ModelConfig, s_power: int) -> float:
-        return c.micro_batch * float(c.seq) ** s_power * c.hidden / c.tp
+    def growth(s_power: int) -> float:
+        def per_rank(c: ModelConfig) -> float:
+            return c.micro_batch * float(c.seq) ** s_power * c.hidden / c.tp
 
-    return share * per_rank(cfg, 2) / per_rank(base, 2) + (1 - share) * per_rank(cfg, 1) / per_rank(
-        base, 1
-    )
+        return per_rank(cfg) / per_rank(base)
+
+    return share * growth(2) + (1 - share) * growth(1)
 
 
 def extrapolation(ratio: np.ndarray, used: np.ndarray) -> list[str]:

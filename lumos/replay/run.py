@@ -25,15 +25,7 @@ from lumos.replay.constants import DeviceConstants, estimate, to_arrow
 from lumos.replay.multirank import MODE as MULTIRANK
 from lumos.replay.multirank import build_multirank
 from warehouse.layout import Layout, encode_job, write_parquet_atomic
-from warehouse.schema import (
-    DEPS,
-    ITERATION_REPLAY,
-    ITERATIONS,
-    KERNELS,
-    REPLAY_QUALITY,
-    SCHEDULES,
-    TASKS,
-)
+from warehouse.schema import SCHEDULES, TABLES
 
 GRAPH_SCRIPTS = ("base", "constants")
 GRAPH_SCRIPTS_AFTER_CONST = ("iterations", "tasks", "deps", "kernels", "slack")
@@ -189,20 +181,14 @@ def replay_job(
         out.tables["schedules"] = SCHED_SCHEMA.empty_table()
         con.register("g_sched", out.tables["schedules"])
         con.execute(lumos_sql.load("replay/iteration_replay"))
-    for name, schema in TABLE_SCHEMAS.items():
+    for name in SQL_TABLES:
         sql = lumos_sql.load("replay/quality") if name == "replay_quality" else f"FROM {name}"
-        out.tables[name] = _conform(con.sql(sql).to_arrow_table(), schema, name)
+        out.tables[name] = _conform(con.sql(sql).to_arrow_table(), TABLES[name], name)
     return out
 
 
-TABLE_SCHEMAS = {
-    "iterations": ITERATIONS,
-    "tasks": TASKS,
-    "deps": DEPS,
-    "kernels": KERNELS,
-    "iteration_replay": ITERATION_REPLAY,
-    "replay_quality": REPLAY_QUALITY,
-}
+# the tables the SQL derives, each cast to its schema in warehouse.schema.TABLES
+SQL_TABLES = ("iterations", "tasks", "deps", "kernels", "iteration_replay", "replay_quality")
 
 
 def _conform(table: pa.Table, schema: pa.Schema, name: str) -> pa.Table:
