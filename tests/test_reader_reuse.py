@@ -85,3 +85,15 @@ def test_sha256_file_matches_hashlib(examples: Path, tmp_path: Path) -> None:
     empty.write_bytes(b"")
     for path in (empty, examples / DLRM):
         assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_kept_table_survives_later_readings(examples: Path) -> None:
+    """Batches own their memory: the buffers a finished reading hands back to the next one are
+    never referenced by what it yielded."""
+    a, b = examples / GPT, examples / DLRM
+    kept = open_trace(a).read_all()
+    before = kept.to_pylist()
+    for path in (b, a, b):
+        open_trace(path).read_all()
+    assert kept.to_pylist() == before
+    assert kept.column("name").to_pylist() == _expected(a)[0]
