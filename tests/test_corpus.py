@@ -7,10 +7,10 @@ the replay bounds (median <= 1%, max <= 3%); the base configuration inferred fro
 trace is the configuration it was run with; and estimation from two bases (issue 5).
 
 The estimation bounds of issue 5 (mean <= 4%, max <= 10% over every configuration) are not met
-(docs/estimate.md, "Accuracy on the corpus": 6.1% / 13.3% from `base`, 7.1% / 14.7% from
+(docs/estimate.md, "Accuracy on the corpus": 5.9% / 13.3% from `base`, 6.9% / 14.7% from
 `layers_x2`, where the same configuration measured twice on the quiet machine differs by up to 9.5%
 for single-rank runs and 20% for pipelined ones). What is asserted is that level: mean |error| at
-most 8.5% and every configuration within 15% of its median traced step, from both bases, and every
+most 7.5% and every configuration within 15% of its median traced step, from both bases, and every
 parallel configuration predicted with its fleet warnings.
 """
 
@@ -110,7 +110,7 @@ def test_estimation_accuracy(corpus_wh, base):
     own = next(r for r in rows if r["config"] == base)
     assert abs(own["error_pct"]) <= 1.0, "a base must predict its own median step"
     others = [abs(r["error_pct"]) for r in rows if r["config"] != base]
-    assert sum(others) / len(others) <= 8.5, table
+    assert sum(others) / len(others) <= 7.5, table
     assert max(others) <= 15.0, table
     parallel = [r for r in rows if r["config"] not in SHAPE_CHANGES]
     assert all(r["warnings"] >= 1 for r in parallel), "fleet-learned costs must be flagged"
@@ -133,3 +133,37 @@ def test_spread_and_accuracy_commands(corpus_wh, capsys, tmp_path):
     assert "mean |error|" in out and "tp2" in out
     assert main(["groundtruth", "accuracy", str(CORPUS), "--base", "nope", "--warehouse",
                  str(corpus_wh)]) == 2  # fmt: skip
+
+
+def test_exposed_and_synchronous_collectives_on_the_corpus(corpus_wh):
+    """DDP's last bucket (the optimizer waits for it) is the exposed sample of each DP step; the
+    TP all-reduces are the synchronous ones; the learned peer wait is what the step paid beyond
+    the transfer."""
+    import duckdb
+
+    import lumos_sql
+    from lumos.api import Warehouse
+    from lumos.estimate.comm import CommModel, _elements
+
+    wh = Warehouse.open(corpus_wh)
+    con = duckdb.connect(str(wh.catalog), read_only=True)
+    try:
+        rows = con.execute(
+            lumos_sql.load("estimate/collective_waits"), {"job": "base", "exclude": []}
+        ).fetchall()
+    finally:
+        con.close()
+    exposed = [r for r in rows if r[4] == "exposed"]
+    sync = [r for r in rows if r[4] == "sync"]
+    dp_jobs = [j for j in corpus_jobs(CORPUS) if measured(j)["config"]["dp"] > 1]
+    tp_jobs = [j for j in corpus_jobs(CORPUS) if measured(j)["config"]["tp"] > 1]
+    steps = sum(measured(j)["traced"]["step"]["n"] for j in dp_jobs)
+    assert len(exposed) == steps, "one exposed collective per DP step"
+    # DDP's first bucket closes once past 1 MiB; the last one holds everything else
+    assert all(_elements(r[1]) * 4 > 1.1 * 2**20 for r in exposed)
+    assert len(sync) > 0 and len(tp_jobs) > 0
+    m = CommModel.calibrate(wh, "base")
+    mean_exposed = sum(r[2] for r in exposed) / len(exposed)
+    assert 0 < m.exposed_wait_ns < mean_exposed
+    assert m.exposed_allreduce_ns(4 * 2**20, 2) > m.allreduce_ns(4 * 2**20, 2)
+    assert m.exposed_allreduce_ns(4 * 2**20, 1) == 0.0

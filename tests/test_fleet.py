@@ -99,3 +99,17 @@ def test_contention_sql_on_real_jobs(tmp_path):
         after.predict([after.target({"dp": 2})])[0].predicted_ns
         > before.predict([before.target({"dp": 2})])[0].predicted_ns
     )
+
+
+def test_exposed_allreduce_wait():
+    m = CommModel(1_000.0, 1.0, "test")
+    m._attach_exposed([])
+    assert m.exposed_wait_ns == 0.0 and "transfer only" in m.exposed_notes[0]
+    assert m.exposed_allreduce_ns(2000, 2) == m.allreduce_ns(2000, 2) == 4_000.0
+    # 2 ranks: 2 KB transfers in 2*1000 + 2000 = 4000 ns; the step paid 8000 and 10000 ns on
+    # average (5000 of peer wait); 4 KB: 6000 ns of transfer, paid 7000 (1000); mean over sizes
+    m._attach_exposed([(2, 2000, 8000.0), (2, 2000, 10000.0), (2, 4000, 7000.0)])
+    assert m.exposed_wait_ns == 3_000.0
+    assert m.exposed_allreduce_ns(2000, 2) == 7_000.0
+    m._attach_exposed([(2, 2000, 100.0)])  # faster than the transfer: no wait, never negative
+    assert m.exposed_wait_ns == 0.0

@@ -12,9 +12,16 @@ Synchronous collectives (tensor parallelism's all-reduces, which block the calli
 the step more than their transfer: the hand-off to the communication thread, the wait for the
 slowest peer and the wake-up (on the 2-core corpus machine: 1.6 ms mean for a 128 KiB all-reduce
 whose transfer takes 0.2 ms). `sync_alpha_ns` is that per-step latency, learned from the
-warehouse's synchronous all-reduces (`lumos_sql/estimate/sync_comm_samples.sql`: the calling
+warehouse's synchronous all-reduces (`lumos_sql/estimate/collective_waits.sql`: the calling
 thread's mean blocking per collective) with the bandwidth of the fit above; without such samples
 synchronous collectives cost their transfer only, and `sync_notes` says so.
+
+An *exposed* asynchronous collective (DDP's last gradient bucket: the optimizer waits for it)
+costs the step more than its transfer too: the wait for the later peer, whose backward ends at
+another moment. `exposed_wait_ns` is that wait, learned from the same query: the last
+asynchronous all-reduce of each rank's step, its mean duration over ranks less its transfer
+(on the corpus machine ~2.5 ms for both 3 MB and 14 MB buckets: a wait, not a bandwidth).
+Without such samples the exposed bucket costs its transfer only (`exposed_notes`).
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ class CommModel:
     notes: list[str] = field(default_factory=list)
     sync_alpha_ns: float | None = None
     sync_notes: list[str] = field(default_factory=list)
+    exposed_wait_ns: float = 0.0
+    exposed_notes: list[str] = field(default_factory=list)
 
     def allreduce_ns(self, nbytes: float, n: int, sync: bool = False) -> float:
         """A ring all-reduce; `sync` for one the caller blocks on (with its learned latency)."""
@@ -47,6 +56,10 @@ class CommModel:
             return 0.0
         alpha = self.sync_alpha_ns if sync and self.sync_alpha_ns is not None else self.alpha_ns
         return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / self.bw_bytes_per_ns
+
+    def exposed_allreduce_ns(self, nbytes: float, n: int) -> float:
+        """An asynchronous all-reduce the step waits for: its transfer plus the peer wait."""
+        return self.allreduce_ns(nbytes, n) + (self.exposed_wait_ns if n > 1 else 0.0)
 
     def p2p_ns(self, nbytes: float) -> float:
         return self.alpha_ns + nbytes / self.bw_bytes_per_ns
@@ -93,7 +106,7 @@ class CommModel:
         try:
             params = {"job": job, "exclude": list(exclude)}
             rows = con.execute(lumos_sql.load("estimate/comm_samples"), params).fetchall()
-            sync_rows = con.execute(lumos_sql.load("estimate/sync_comm_samples"), params).fetchall()
+            sync_rows = con.execute(lumos_sql.load("estimate/collective_waits"), params).fetchall()
         except duckdb.Error:
             rows, sync_rows = [], []
         finally:
@@ -105,8 +118,37 @@ class CommModel:
         model = cls._fit_samples(samples) if samples else None
         if model is None:
             model = cls.default("cpu" if kind == "cpu" else "gpu")
-        model._attach_sync([(r[0], _elements(r[1]) * 4, r[2]) for r in sync_rows if r[1] and r[2]])
+        waits = {"sync": [], "exposed": []}
+        for n, dims, t, _kind, sample in sync_rows:
+            if dims and t:
+                waits[sample].append((n, _elements(dims) * 4, t))
+        model._attach_sync(waits["sync"])
+        model._attach_exposed(waits["exposed"])
         return model
+
+    def _attach_exposed(self, samples: list[tuple[Any, int, float]]) -> None:
+        """Peer wait of exposed asynchronous all-reduces: each size's mean duration less its
+        transfer (never negative), averaged over sizes."""
+        if not samples:
+            self.exposed_wait_ns = 0.0
+            self.exposed_notes = [
+                "no exposed asynchronous all-reduce in the warehouse on this device: DDP's last "
+                "bucket costs its transfer only (the wait for the later peer is not modelled)"
+            ]
+            return
+        groups: dict[tuple[int, int], list[float]] = {}
+        for n, nbytes, t in samples:
+            groups.setdefault((max(int(n or 2), 2), int(nbytes)), []).append(float(t))
+        excess = [
+            max(float(np.mean(ts)) - self.allreduce_ns(nbytes, n), 0.0)
+            for (n, nbytes), ts in groups.items()
+        ]
+        self.exposed_wait_ns = float(np.mean(excess))
+        self.exposed_notes = [
+            f"exposed all-reduces (DDP's last bucket): {self.exposed_wait_ns / 1e3:.0f} us of "
+            f"peer wait beyond the transfer, learned from {len(samples)} collective(s) of "
+            f"{len(groups)} size(s) in the warehouse"
+        ]
 
     def _attach_sync(self, samples: list[tuple[Any, int, float]]) -> None:
         """Per-step latency of synchronous all-reduces: each size's mean blocking, less the

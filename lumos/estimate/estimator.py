@@ -69,7 +69,7 @@ from lumos.estimate.transforms import (
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -226,6 +226,8 @@ class Estimator:
             c["notes"],
             c["sync_alpha_ns"],
             c.get("sync_notes", []),
+            c.get("exposed_wait_ns", 0.0),
+            c.get("exposed_notes", []),
         )
         base = ModelConfig(**cached["config"])
         if base_overrides:
@@ -256,7 +258,7 @@ class Estimator:
         for s in range(pp):
             early, last = ddp_buckets(stage_params[s] * cfg.dtype_bytes)
             add[cls_dp_early(pp, s)] = self.comm.allreduce_ns(early, cfg.dp) if early else 0.0
-            add[cls_dp_ar(pp, s)] = self.comm.allreduce_ns(last, cfg.dp)
+            add[cls_dp_ar(pp, s)] = self.comm.exposed_allreduce_ns(last, cfg.dp)
         add[cls_recv(pp)] = self.comm.p2p_ns(tokens_bytes)
         add[cls_send(pp)] = self.comm.send_ns()
         sp = _speed_vector(speed, pp)
@@ -309,6 +311,8 @@ class Estimator:
             out += [n for n in self.comm.notes if n not in out]
         if cfg.tp > 1:
             out += [n for n in self.comm.sync_notes if n not in out]
+        if cfg.dp > 1:
+            out += [n for n in self.comm.exposed_notes if n not in out]
         if _world(cfg) != _world(self.base):
             _, warn = self.contention.scale(_world(self.base), _world(cfg))
             out += warn
@@ -471,6 +475,8 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
             "notes": comm.notes,
             "sync_alpha_ns": comm.sync_alpha_ns,
             "sync_notes": comm.sync_notes,
+            "exposed_wait_ns": comm.exposed_wait_ns,
+            "exposed_notes": comm.exposed_notes,
             "contention": Contention.calibrate(wh, job).to_dict(),
             "manifest": stamp,
             "format": CACHE_FORMAT,
