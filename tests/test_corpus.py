@@ -7,10 +7,10 @@ the replay bounds (median <= 1%, max <= 3%); the base configuration inferred fro
 trace is the configuration it was run with; and estimation from two bases (issue 5).
 
 The estimation bounds of issue 5 (mean <= 4%, max <= 10% over every configuration) are not met
-(docs/estimate.md, "Accuracy on the corpus": 5.9% / 13.3% from `base`, 6.9% / 14.7% from
+(docs/estimate.md, "Accuracy on the corpus": 5.1% / 9.4% from `base`, 6.2% / 14.7% from
 `layers_x2`, where the same configuration measured twice on the quiet machine differs by up to 9.5%
 for single-rank runs and 20% for pipelined ones). What is asserted is that level: mean |error| at
-most 7.5% and every configuration within 15% of its median traced step, from both bases, and every
+most 7.0% and every configuration within 15% of its median traced step, from both bases, and every
 parallel configuration predicted with its fleet warnings.
 """
 
@@ -110,7 +110,7 @@ def test_estimation_accuracy(corpus_wh, base):
     own = next(r for r in rows if r["config"] == base)
     assert abs(own["error_pct"]) <= 1.0, "a base must predict its own median step"
     others = [abs(r["error_pct"]) for r in rows if r["config"] != base]
-    assert sum(others) / len(others) <= 7.5, table
+    assert sum(others) / len(others) <= 7.0, table
     assert max(others) <= 15.0, table
     parallel = [r for r in rows if r["config"] not in SHAPE_CHANGES]
     assert all(r["warnings"] >= 1 for r in parallel), "fleet-learned costs must be flagged"
@@ -137,8 +137,8 @@ def test_spread_and_accuracy_commands(corpus_wh, capsys, tmp_path):
 
 def test_exposed_and_synchronous_collectives_on_the_corpus(corpus_wh):
     """DDP's last bucket (the optimizer waits for it) is the exposed sample of each DP step; the
-    TP all-reduces are the synchronous ones; the learned peer wait is what the step paid beyond
-    the transfer."""
+    TP all-reduces are the synchronous ones, and the TP jobs the lock-step ones; the learned peer
+    wait is what the step paid beyond the transfer."""
     import duckdb
 
     import lumos_sql
@@ -167,3 +167,10 @@ def test_exposed_and_synchronous_collectives_on_the_corpus(corpus_wh):
     assert 0 < m.exposed_wait_ns < mean_exposed
     assert m.exposed_allreduce_ns(4 * 2**20, 2) > m.allreduce_ns(4 * 2**20, 2)
     assert m.exposed_allreduce_ns(4 * 2**20, 1) == 0.0
+    # the jobs with synchronous collectives, and only they, teach the lock-step contention
+    from lumos.estimate.fleet import Contention
+
+    c = Contention.calibrate(wh, "base")
+    assert sorted(c.lockstep.jobs[2]) == sorted(j.name for j in tp_jobs)
+    assert not set(c.jobs[2]) & {j.name for j in tp_jobs}
+    assert {j.name for j in dp_jobs} <= set(c.jobs[2])

@@ -38,6 +38,36 @@ def test_contention_factor_by_world():
     assert Contention.from_rows([]).factor(2)[1]  # nothing learned: 1, and said so
     again = Contention.from_dict(c.to_dict())
     assert again.by_world == c.by_world and again.ratios == c.ratios
+    # without lock-step jobs, a TP target takes the others' factor and is told so
+    f, warn = c.factor(2, lockstep=True)
+    assert f == 1.3 and "lock-step" in warn
+
+
+def test_contention_of_lockstep_jobs():
+    """Jobs with synchronous collectives (TP) teach their own factor, whatever share of their
+    op time matched (their sliced GEMMs match nothing single-rank)."""
+    rows = [
+        (2, "a", 1.2, 50, 0.9),
+        (2, "b", 1.4, 50, 0.95),
+        (2, "tp", 1.6, 10, 0.3),
+        (2, "tp_wide", 1.8, 10, 0.3),
+    ]
+    c = Contention.from_rows(rows, lockstep_jobs=["tp", "tp_wide"])
+    assert c.factor(2) == (pytest.approx(1.3), None) and c.jobs[2] == ["a", "b"]
+    assert c.factor(2, lockstep=True) == (pytest.approx(1.7), None)
+    assert c.lockstep.jobs[2] == ["tp", "tp_wide"]
+    # base single-rank, target TP 2: the lock-step factor; a DP base to a TP target: their ratio
+    assert c.scale(1, 2, False, True)[0] == pytest.approx(1.7)
+    assert c.scale(2, 2, False, True)[0] == pytest.approx(1.7 / 1.3)
+    assert c.spread(1, 2, False, True) == pytest.approx((1.6 / 1.7, 1.8 / 1.7))
+    assert c.spread(2, 2, False, True) == pytest.approx((1.6 / 1.7, 1.8 / 1.7))
+    # a world size no lock-step job has reached: the other jobs' factor, said so
+    f, warn = Contention.from_rows([(2, "a", 1.2, 50, 0.9), (4, "tp", 1.6, 9, 0.3)], ["tp"]).factor(
+        2, lockstep=True
+    )
+    assert f == 1.2 and "lock-step" in warn
+    again = Contention.from_dict(c.to_dict())
+    assert again.lockstep.by_world == c.lockstep.by_world and again.by_world == c.by_world
 
 
 def test_collective_fit_uses_least_inflated_instances():

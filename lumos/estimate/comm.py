@@ -119,7 +119,7 @@ class CommModel:
         if model is None:
             model = cls.default("cpu" if kind == "cpu" else "gpu")
         waits = {"sync": [], "exposed": []}
-        for n, dims, t, _kind, sample in sync_rows:
+        for n, dims, t, _kind, sample, *_ in sync_rows:
             if dims and t:
                 waits[sample].append((n, _elements(dims) * 4, t))
         model._attach_sync(waits["sync"])

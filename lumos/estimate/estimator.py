@@ -69,7 +69,7 @@ from lumos.estimate.transforms import (
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -277,8 +277,13 @@ class Estimator:
 
     def cpu_scale(self, cfg: ModelConfig) -> float:
         """Contention of cfg's world size relative to the base's (4 digits: a graph key)."""
-        scale, _ = self.contention.scale(_world(self.base), _world(cfg))
+        scale, _ = self.contention.scale(*self._worlds(cfg))
         return round(scale, 4)
+
+    def _worlds(self, cfg: ModelConfig) -> tuple[int, int, bool, bool]:
+        """(base world, target world, base lock-step, target lock-step): TP ranks block on
+        every linear's all-reduce, so they run in lock-step (fleet.Contention)."""
+        return _world(self.base), _world(cfg), self.base.tp > 1, cfg.tp > 1
 
     def structure(self, cfg: ModelConfig) -> Structure:
         return Structure(
@@ -313,8 +318,8 @@ class Estimator:
             out += [n for n in self.comm.sync_notes if n not in out]
         if cfg.dp > 1:
             out += [n for n in self.comm.exposed_notes if n not in out]
-        if _world(cfg) != _world(self.base):
-            _, warn = self.contention.scale(_world(self.base), _world(cfg))
+        if _world(cfg) != _world(self.base) or (cfg.tp > 1) != (self.base.tp > 1):
+            _, warn = self.contention.scale(*self._worlds(cfg))
             out += warn
         if cfg.layers > 4 * self.base.layers:
             out.append(f"layers {cfg.layers} more than 4x the base's {self.base.layers}")
@@ -325,7 +330,7 @@ class Estimator:
         r = r[r > 0]
         widen = 0.05 * float(np.max(np.abs(np.log2(r)))) if r.size else 0.0
         # contention varies between the fleet's jobs of one world size: so may the target's
-        c_lo, c_hi = self.contention.spread(_world(self.base), _world(cfg))
+        c_lo, c_hi = self.contention.spread(*self._worlds(cfg))
         lo = pred * self.spread[0] * c_lo * (1 - min(widen, 0.5))
         hi = pred * self.spread[1] * c_hi * (1 + widen)
         return int(math.floor(min(lo, pred))), int(math.ceil(max(hi, pred)))

@@ -10,6 +10,16 @@ size is the median over its jobs; a target's CPU work is scaled by f(target worl
 world). World sizes the warehouse has not seen take the nearest smaller one's factor, with a
 warning; a warehouse without multi-rank jobs on the device gives 1 and says so.
 
+Ranks that run in lock-step are slowed more. A tensor-parallel job blocks every rank on an
+all-reduce per linear, so both ranks always compute at once and each op after a collective reads
+what the other core just wrote: on the corpus machine the TP jobs' unsplit ops (layer norms,
+residual adds) run 1.16-1.18x slower than single-rank, the DP and PP jobs' 1.01-1.10x. Jobs with
+synchronous collectives (`lumos_sql/estimate/collective_waits.sql`, the rule the comm model uses)
+teach a separate factor, `lockstep`, used for targets with tp > 1; their sliced GEMMs match no
+single-rank op, so the matched-share floor does not apply to them (what matched is the unsplit
+ops, which is what contention is measured on). Without such jobs, TP targets take the other
+jobs' factor and say so.
+
 `exclude` leaves jobs out, so that an accuracy check never learns from the run it predicts.
 """
 
@@ -34,22 +44,49 @@ class Contention:
     jobs: dict[int, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     ratios: dict[int, list[float]] = field(default_factory=dict)  # per job, for the interval
+    # learned from jobs whose ranks run in lock-step (synchronous collectives: TP)
+    lockstep: Contention | None = None
 
-    def spread(self, base_world: int, target_world: int) -> tuple[float, float]:
+    def _for(self, lockstep: bool, world: int) -> Contention:
+        """The model that speaks for a `world`-rank job of this kind (lock-step: its own when
+        the warehouse has lock-step jobs of at most that world size)."""
+        ls = self.lockstep
+        if lockstep and world > 1 and ls is not None and any(w <= world for w in ls.by_world):
+            return ls
+        return self
+
+    def spread(
+        self,
+        base_world: int,
+        target_world: int,
+        base_lockstep: bool = False,
+        target_lockstep: bool = False,
+    ) -> tuple[float, float]:
         """(low, high) of the scale over the jobs it was learned from, relative to the median
-        (1, 1 when the world size does not change or a single job taught it)."""
-        if base_world == target_world:
+        (1, 1 when the world size and kind do not change or a single job taught it)."""
+        if base_world == target_world and base_lockstep == target_lockstep:
             return 1.0, 1.0
-        w = max([k for k in self.ratios if k <= max(base_world, target_world)], default=None)
-        if w is None or w not in self.by_world:
+        big, lockstep = max((base_world, base_lockstep), (target_world, target_lockstep))
+        c = self._for(lockstep, big)
+        w = max([k for k in c.ratios if k <= big], default=None)
+        if w is None or w not in c.by_world:
             return 1.0, 1.0
-        r = np.array(self.ratios[w]) / self.by_world[w]
+        r = np.array(c.ratios[w]) / c.by_world[w]
         return float(min(r.min(), 1.0)), float(max(r.max(), 1.0))
 
-    def factor(self, world: int) -> tuple[float, str | None]:
-        """f(world) and a warning when it is not measured for that world size."""
+    def factor(self, world: int, lockstep: bool = False) -> tuple[float, str | None]:
+        """f(world) and a warning when it is not measured for that world size (and kind)."""
         if world <= 1:
             return 1.0, None
+        c = self._for(lockstep, world)
+        if c is not self:
+            return c.factor(world)
+        if lockstep and self.by_world:
+            f, warn = self.factor(world)
+            return f, (
+                f"no lock-step (tensor-parallel) job of world {world} or less on this device: "
+                "contention taken from the other multi-rank jobs" + (f"; {warn}" if warn else "")
+            )
         if world in self.by_world:
             return self.by_world[world], None
         below = [w for w in self.by_world if w < world]
@@ -64,9 +101,15 @@ class Contention:
             "largest the warehouse holds on this device"
         )
 
-    def scale(self, base_world: int, target_world: int) -> tuple[float, list[str]]:
-        fb, wb = self.factor(base_world)
-        ft, wt = self.factor(target_world)
+    def scale(
+        self,
+        base_world: int,
+        target_world: int,
+        base_lockstep: bool = False,
+        target_lockstep: bool = False,
+    ) -> tuple[float, list[str]]:
+        fb, wb = self.factor(base_world, base_lockstep)
+        ft, wt = self.factor(target_world, target_lockstep)
         warn = [w for w in (wb, wt) if w]
         return ft / fb, warn
 
@@ -76,6 +119,7 @@ class Contention:
             "jobs": {str(k): v for k, v in self.jobs.items()},
             "notes": self.notes,
             "ratios": {str(k): v for k, v in self.ratios.items()},
+            "lockstep": self.lockstep.to_dict() if self.lockstep is not None else None,
         }
 
     @classmethod
@@ -87,14 +131,27 @@ class Contention:
             {int(k): list(v) for k, v in d.get("jobs", {}).items()},
             list(d.get("notes", [])),
             {int(k): [float(x) for x in v] for k, v in d.get("ratios", {}).items()},
+            cls.from_dict(d["lockstep"]) if d.get("lockstep") else None,
         )
 
     @classmethod
-    def from_rows(cls, rows: Sequence[tuple[Any, ...]]) -> Contention:
-        """From `contention.sql` rows (world, job, ratio, n_keys, share)."""
+    def from_rows(
+        cls, rows: Sequence[tuple[Any, ...]], lockstep_jobs: Sequence[str] = ()
+    ) -> Contention:
+        """From `contention.sql` rows (world, job, ratio, n_keys, share); the jobs named in
+        `lockstep_jobs` (synchronous collectives) teach the `lockstep` factor."""
+        ls = set(lockstep_jobs)
+        out = cls._learn([r for r in rows if r[1] not in ls], MIN_MATCHED_SHARE, "")
+        if ls:
+            out.lockstep = cls._learn([r for r in rows if r[1] in ls], 0.0, "lock-step ")
+            out.notes += out.lockstep.notes
+        return out
+
+    @classmethod
+    def _learn(cls, rows: Sequence[tuple[Any, ...]], min_share: float, kind: str) -> Contention:
         per: dict[int, list[tuple[str, float]]] = {}
         for world, job, ratio, _n, share in rows:
-            if ratio and ratio > 0 and share is not None and share >= MIN_MATCHED_SHARE:
+            if ratio and ratio > 0 and share is not None and share >= min_share:
                 per.setdefault(int(world), []).append((str(job), float(ratio)))
         out = cls()
         for w, items in sorted(per.items()):
@@ -102,11 +159,11 @@ class Contention:
             out.jobs[w] = [j for j, _ in items]
             out.ratios[w] = [r for _, r in items]
             out.notes.append(
-                f"world {w}: ops {out.by_world[w]:.2f}x slower than single-rank "
+                f"{kind}world {w}: ops {out.by_world[w]:.2f}x slower than single-rank "
                 f"(median of {len(items)} job(s): {', '.join(out.jobs[w])})"
             )
         if not per:
-            out.notes.append("no multi-rank job on this device to learn contention from")
+            out.notes.append(f"no {kind}multi-rank job on this device to learn contention from")
         return out
 
     @classmethod
@@ -119,12 +176,12 @@ class Contention:
             con = duckdb.connect(str(wh.catalog), read_only=True)
         except duckdb.Error:
             return cls(notes=["no catalog to learn contention from"])
+        params = {"job": job, "exclude": list(exclude)}
         try:
-            rows = con.execute(
-                lumos_sql.load("estimate/contention"), {"job": job, "exclude": list(exclude)}
-            ).fetchall()
+            rows = con.execute(lumos_sql.load("estimate/contention"), params).fetchall()
+            waits = con.execute(lumos_sql.load("estimate/collective_waits"), params).fetchall()
         except duckdb.Error as e:
             return cls(notes=[f"contention not learned ({e})"])
         finally:
             con.close()
-        return cls.from_rows(rows)
+        return cls.from_rows(rows, sorted({r[5] for r in waits if r[4] == "sync"}))

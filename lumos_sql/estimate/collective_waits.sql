@@ -12,7 +12,8 @@
 -- pays for it is its mean duration over ranks (the transfer plus the wait for the later peer).
 -- Jobs in $exclude are left out.
 -- Columns: group size, message elements (first input's dims), mean blocking (ns), device kind,
--- kind of sample ('sync' or 'exposed'; exposed rows carry the mean work duration over ranks).
+-- kind of sample ('sync' or 'exposed'; exposed rows carry the mean work duration over ranks),
+-- job (a job with 'sync' rows runs its ranks in lock-step: lumos/estimate/fleet.py).
 WITH dev AS (
     SELECT CASE WHEN any_value(device) = 'cpu' THEN 'cpu' ELSE 'gpu' END AS kind
     FROM traces WHERE job = $job AND status = 'ok'
@@ -73,7 +74,8 @@ WITH dev AS (
 SELECT j.world AS group_size, p.input_dims,
        CASE WHEN p.synchronous THEN p.wait_ns ELSE p.work_ns END AS wait_ns,
        (SELECT kind FROM dev) AS kind,
-       CASE WHEN p.synchronous THEN 'sync' ELSE 'exposed' END AS sample
+       CASE WHEN p.synchronous THEN 'sync' ELSE 'exposed' END AS sample,
+       p.job
 FROM per AS p JOIN jobs AS j USING (job)
 WHERE p.n_ranks = j.world AND (p.synchronous OR (NOT p.any_synchronous AND p.last_in_step))
 ORDER BY 1, 2, 5;
