@@ -136,9 +136,7 @@ class CommModel:
                 "bucket costs its transfer only (the wait for the later peer is not modelled)"
             ]
             return
-        groups: dict[tuple[int, int], list[float]] = {}
-        for n, nbytes, t in samples:
-            groups.setdefault((max(int(n or 2), 2), int(nbytes)), []).append(float(t))
+        groups = _by_size(samples)
         excess = [
             max(float(np.mean(ts)) - self.allreduce_ns(nbytes, n), 0.0)
             for (n, nbytes), ts in groups.items()
@@ -159,9 +157,7 @@ class CommModel:
                 "all-reduces cost their transfer only (hand-off and peer waits not modelled)"
             ]
             return
-        groups: dict[tuple[int, int], list[float]] = {}
-        for n, nbytes, t in samples:
-            groups.setdefault((max(int(n or 2), 2), int(nbytes)), []).append(float(t))
+        groups = _by_size(samples)
         per_size = []
         for (n, nbytes), ts in groups.items():
             step = float(np.mean(ts)) / (2 * (n - 1)) - nbytes / n / self.bw_bytes_per_ns
@@ -176,9 +172,7 @@ class CommModel:
     def _fit_samples(cls, samples: list[tuple[Any, int, int]]) -> CommModel | None:
         """Fit on the lower quartile of each (group size, message size): a collective's own cost
         is its least inflated instance; waiting for a late peer or for a core only adds."""
-        groups: dict[tuple[int, int], list[float]] = {}
-        for n, nbytes, t in samples:
-            groups.setdefault((max(int(n or 2), 2), int(nbytes)), []).append(float(t))
+        groups = _by_size(samples)
         keys = sorted(groups)
         # a ring all-reduce of n ranks: 2(n-1) steps of bytes/n each
         n = np.array([k[0] for k in keys], float)
@@ -192,6 +186,14 @@ class CommModel:
             f"the warehouse (alpha {m.alpha_ns / 1e3:.1f} us, {m.bw_bytes_per_ns:.2f} GB/s)"
         ]
         return m
+
+
+def _by_size(samples: Sequence[tuple[Any, int, float]]) -> dict[tuple[int, int], list[float]]:
+    """Durations per (group size, message bytes); an unknown group size counts as 2."""
+    groups: dict[tuple[int, int], list[float]] = {}
+    for n, nbytes, t in samples:
+        groups.setdefault((max(int(n or 2), 2), int(nbytes)), []).append(float(t))
+    return groups
 
 
 def _elements(dims_json: str) -> int:
