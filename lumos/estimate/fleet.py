@@ -1,8 +1,8 @@
 """What the warehouse's other jobs teach about the device: co-location contention.
 
 Ranks of a CPU job share the host's cores, caches and memory bandwidth, so the same operator runs
-slower in a 2-rank job than in a single-rank one (on the 2-core ground-truth machine: 1.1-1.45×
-per op, measured in the corpus). A single-rank trace cannot show this, so the estimator learns it
+slower in a 2-rank job than in a single-rank one (on the 2-core ground-truth machine:
+1.01-1.10x per DP or PP job, time-weighted over its ops, measured in the corpus). A single-rank trace cannot show this, so the estimator learns it
 from the warehouse (`lumos_sql/estimate/contention.sql`): per multi-rank job on the base's
 device, the time-weighted ratio of its top-level ops' slots (duration + the dispatch gap after
 them) to the single-rank jobs' slots for the same (name, input shapes). The factor for a world
