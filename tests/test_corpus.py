@@ -170,7 +170,7 @@ def test_exposed_and_synchronous_collectives_on_the_corpus(corpus_wh):
     # the jobs with synchronous collectives, and only they, teach the lock-step contention
     from lumos.estimate.fleet import Contention
 
-    c = Contention.calibrate(wh, "base")
+    c = Contention.calibrate(wh, "base", lockstep_jobs=m.lockstep_jobs)
     assert sorted(c.lockstep.jobs[2]) == sorted(j.name for j in tp_jobs)
     assert not set(c.jobs[2]) & {j.name for j in tp_jobs}
     assert {j.name for j in dp_jobs} <= set(c.jobs[2])

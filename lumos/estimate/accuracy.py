@@ -62,12 +62,13 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
         # what the fleet teaches (collective costs, contention) is learned without the run
         # being predicted
         held_out = [j.name] if j.name != base else []
+        comm = CommModel.calibrate(wh, base, exclude=held_out)
         fleet = Estimator(
             est.tpl,
             est.base,
-            CommModel.calibrate(wh, base, exclude=held_out),
+            comm,
             est.base_notes,
-            Contention.calibrate(wh, base, exclude=held_out),
+            Contention.calibrate(wh, base, exclude=held_out, lockstep_jobs=comm.lockstep_jobs),
         )
         m = measured(j)
         cfg = {k: m["config"][k] for k in CONFIG_KEYS if k in m["config"]}

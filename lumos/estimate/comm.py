@@ -49,6 +49,8 @@ class CommModel:
     sync_notes: list[str] = field(default_factory=list)
     exposed_wait_ns: float = 0.0
     exposed_notes: list[str] = field(default_factory=list)
+    # jobs whose collectives were synchronous: their ranks run in lock-step (fleet.Contention)
+    lockstep_jobs: list[str] = field(default_factory=list)
 
     def allreduce_ns(self, nbytes: float, n: int, sync: bool = False) -> float:
         """A ring all-reduce; `sync` for one the caller blocks on (with its learned latency)."""
@@ -124,6 +126,7 @@ class CommModel:
                 waits[sample].append((n, _elements(dims) * 4, t))
         model._attach_sync(waits["sync"])
         model._attach_exposed(waits["exposed"])
+        model.lockstep_jobs = sorted({r[5] for r in sync_rows if r[4] == "sync"})
         return model
 
     def _attach_exposed(self, samples: list[tuple[Any, int, float]]) -> None:

@@ -482,7 +482,7 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
             "sync_notes": comm.sync_notes,
             "exposed_wait_ns": comm.exposed_wait_ns,
             "exposed_notes": comm.exposed_notes,
-            "contention": Contention.calibrate(wh, job).to_dict(),
+            "contention": Contention.calibrate(wh, job, lockstep_jobs=comm.lockstep_jobs).to_dict(),
             "manifest": stamp,
             "format": CACHE_FORMAT,
         },

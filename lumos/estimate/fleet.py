@@ -1,11 +1,12 @@
 """What the warehouse's other jobs teach about the device: co-location contention.
 
 Ranks of a CPU job share the host's cores, caches and memory bandwidth, so the same operator runs
-slower in a 2-rank job than in a single-rank one (on the 2-core ground-truth machine:
-1.01-1.10x per DP or PP job, time-weighted over its ops, measured in the corpus). A single-rank trace cannot show this, so the estimator learns it
-from the warehouse (`lumos_sql/estimate/contention.sql`): per multi-rank job on the base's
-device, the time-weighted ratio of its top-level ops' slots (duration + the dispatch gap after
-them) to the single-rank jobs' slots for the same (name, input shapes). The factor for a world
+slower in a 2-rank job than in a single-rank one (on the 2-core ground-truth machine: 1.01-1.10x
+per DP or PP job, time-weighted over its ops, measured in the corpus). A single-rank trace cannot
+show this, so the estimator learns it from the warehouse (`lumos_sql/estimate/contention.sql`):
+per multi-rank job on the base's device, the time-weighted ratio of its top-level ops' slots
+(duration + the dispatch gap after them) to the single-rank jobs' slots for the same (name,
+input shapes). The factor for a world
 size is the median over its jobs; a target's CPU work is scaled by f(target world) / f(base
 world). World sizes the warehouse has not seen take the nearest smaller one's factor, with a
 warning; a warehouse without multi-rank jobs on the device gives 1 and says so.
@@ -14,7 +15,7 @@ Ranks that run in lock-step are slowed more. A tensor-parallel job blocks every 
 all-reduce per linear, so both ranks always compute at once and each op after a collective reads
 what the other core just wrote: on the corpus machine the TP jobs' unsplit ops (layer norms,
 residual adds) run 1.16-1.18x slower than single-rank, the DP and PP jobs' 1.01-1.10x. Jobs with
-synchronous collectives (`lumos_sql/estimate/collective_waits.sql`, the rule the comm model uses)
+synchronous collectives (`CommModel.lockstep_jobs`, from `lumos_sql/estimate/collective_waits.sql`)
 teach a separate factor, `lockstep`, used for targets with tp > 1; their sliced GEMMs match no
 single-rank op, so the matched-share floor does not apply to them (what matched is the unsplit
 ops, which is what contention is measured on). Without such jobs, TP targets take the other
@@ -66,6 +67,7 @@ class Contention:
         (1, 1 when the world size and kind do not change or a single job taught it)."""
         if base_world == target_world and base_lockstep == target_lockstep:
             return 1.0, 1.0
+        # the larger world speaks; at equal worlds, the lock-step side
         big, lockstep = max((base_world, base_lockstep), (target_world, target_lockstep))
         c = self._for(lockstep, big)
         w = max([k for k in c.ratios if k <= big], default=None)
@@ -167,7 +169,11 @@ class Contention:
         return out
 
     @classmethod
-    def calibrate(cls, wh: Any, job: str, exclude: Sequence[str] = ()) -> Contention:
+    def calibrate(
+        cls, wh: Any, job: str, exclude: Sequence[str] = (), lockstep_jobs: Sequence[str] = ()
+    ) -> Contention:
+        """Learned from the warehouse's jobs on `job`'s device, leaving out `exclude`; the jobs
+        in `lockstep_jobs` (`CommModel.lockstep_jobs`) teach the lock-step factor."""
         import duckdb
 
         import lumos_sql
@@ -176,12 +182,12 @@ class Contention:
             con = duckdb.connect(str(wh.catalog), read_only=True)
         except duckdb.Error:
             return cls(notes=["no catalog to learn contention from"])
-        params = {"job": job, "exclude": list(exclude)}
         try:
-            rows = con.execute(lumos_sql.load("estimate/contention"), params).fetchall()
-            waits = con.execute(lumos_sql.load("estimate/collective_waits"), params).fetchall()
+            rows = con.execute(
+                lumos_sql.load("estimate/contention"), {"job": job, "exclude": list(exclude)}
+            ).fetchall()
         except duckdb.Error as e:
             return cls(notes=[f"contention not learned ({e})"])
         finally:
             con.close()
-        return cls.from_rows(rows, sorted({r[5] for r in waits if r[4] == "sync"}))
+        return cls.from_rows(rows, lockstep_jobs)
