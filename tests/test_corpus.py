@@ -7,7 +7,7 @@ the replay bounds (median <= 1%, max <= 3%); the base configuration inferred fro
 trace is the configuration it was run with; and estimation from two bases (issue 5).
 
 The estimation bounds of issue 5 (mean <= 4%, max <= 10% over every configuration) are not met
-(docs/estimate.md, "Accuracy on the corpus": 5.1% / 9.4% from `base`, 6.2% / 14.7% from
+(docs/estimate.md, "Accuracy on the corpus": 4.9% / 9.4% from `base`, 5.3% / 14.7% from
 `layers_x2`, where the same configuration measured twice on the quiet machine differs by up to 9.5%
 for single-rank runs and 20% for pipelined ones). What is asserted is that level: mean |error| at
 most 7.0% and every configuration within 15% of its median traced step, from both bases, and every
@@ -174,3 +174,48 @@ def test_exposed_and_synchronous_collectives_on_the_corpus(corpus_wh):
     assert sorted(c.lockstep.jobs[2]) == sorted(j.name for j in tp_jobs)
     assert not set(c.jobs[2]) & {j.name for j in tp_jobs}
     assert {j.name for j in dp_jobs} <= set(c.jobs[2])
+
+
+@pytest.mark.parametrize("target", ["micro_batch_x2", "seq_x2", "hidden_x2", "tp2"])
+def test_gemm_roles_retimed_from_the_fleet(corpus_wh, target):
+    """The GEMM roles of `base` re-timed for another configuration, with the GEMM curve learned
+    from the fleet without that configuration, against the target's own traced ops: closer in
+    total than scaling the variable part by FLOPs (the rule the curve replaced: GEMMs grow more
+    efficient with size), and each role within 10% for single-rank targets. A TP rank's sliced
+    GEMMs run beside the other rank's (shared caches and memory bandwidth) and stay 15-35% slower
+    than the lock-step contention factor says: that is asserted as it stands."""
+    import numpy as np
+
+    from lumos.api import Warehouse
+    from lumos.estimate.comm import CommModel
+    from lumos.estimate.estimator import Estimator
+    from lumos.estimate.gemm_fleet import GemmCurve
+    from lumos.estimate.layers import ROLE, extract_template
+    from lumos.estimate.retime import GEMM_ROLES
+
+    wh = Warehouse.open(corpus_wh)
+    est = Estimator.open(corpus_wh, "base")
+    curve = GemmCurve.calibrate(wh, "base", exclude=[target])
+    assert curve.usable
+    fleet = Estimator(est.tpl, est.base, CommModel.calibrate(wh, "base"), [], None, curve)
+    m = measured(CORPUS / target)
+    cfg = fleet.target({k: m["config"][k] for k in CONFIG_KEYS if k in m["config"]})
+    mult, _, fscale, ratio = fleet._coeffs(cfg, {})
+    contention = fleet.cpu_scale(cfg)
+    own = extract_template(wh, target, cache=False)
+    # the target's rank 0 and the base share the layer count and micro-batches
+    assert own.n == est.tpl.n or target.startswith("tp")
+    err_curve, err_flops = [], []
+    for role in GEMM_ROLES:
+        code = ROLE[role]
+        mb, mt = est.tpl.role == code, own.role == code
+        fixed = float(fleet.fixed[mb].sum()) * fscale[code]
+        var = float(fleet.var[mb].sum())
+        got = float(own.dur_ns[mt].sum())
+        pred = fixed + var * mult[code]
+        flops = fixed + var * ratio[code] * contention
+        err_curve.append(pred / got - 1)
+        err_flops.append(flops / got - 1)
+    bound = 0.40 if cfg.tp > 1 else 0.10
+    assert np.max(np.abs(err_curve)) <= bound, err_curve
+    assert np.abs(err_curve).sum() < np.abs(err_flops).sum(), (err_curve, err_flops)

@@ -47,6 +47,7 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
     from lumos.estimate.comm import CommModel
     from lumos.estimate.estimator import Estimator
     from lumos.estimate.fleet import Contention
+    from lumos.estimate.gemm_fleet import GemmCurve
 
     jobs = corpus_jobs(corpus)
     if not any(j.name == base for j in jobs):
@@ -69,6 +70,7 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
             comm,
             est.base_notes,
             Contention.calibrate(wh, base, exclude=held_out, lockstep_jobs=comm.lockstep_jobs),
+            GemmCurve.calibrate(wh, base, exclude=held_out),
         )
         m = measured(j)
         cfg = {k: m["config"][k] for k in CONFIG_KEYS if k in m["config"]}

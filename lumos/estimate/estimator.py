@@ -35,6 +35,7 @@ from lumos.estimate.comm import CommModel
 from lumos.estimate.compress import CompressedGraph, compress
 from lumos.estimate.config import ConfigError, ModelConfig, parse_overrides
 from lumos.estimate.fleet import Contention
+from lumos.estimate.gemm_fleet import GemmCurve, role_gemms
 from lumos.estimate.layers import ROLE, ROLES, Template, extract_template, template_path
 from lumos.estimate.memory import estimate_memory
 from lumos.estimate.retime import (
@@ -69,7 +70,7 @@ from lumos.estimate.transforms import (
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 4
+CACHE_FORMAT = 5
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -166,6 +167,7 @@ class Estimator:
         comm: CommModel,
         base_notes: list[str],
         contention: Contention | None = None,
+        gemms: GemmCurve | None = None,
     ):
         if base.pp != 1:
             base_notes = [
@@ -183,6 +185,8 @@ class Estimator:
         self.base_feat = base_features(base)
         self.base_tensors = base_opt_tensors(base)
         self.attn_share = attention_compute_share(tpl, base, fixed)
+        self.gemms = gemms or GemmCurve(notes=["GEMM times not learned"])
+        self._gemm_base = self._gemm_roles()
         self._graphs: dict[Structure, EditedGraph] = {}
         self._compressed: dict[Structure, CompressedGraph] = {}
         # the roles the template has (interval and warnings look at these only)
@@ -234,7 +238,8 @@ class Estimator:
             base = base.replace(**dict(base_overrides))
         base.validate("base configuration")
         contention = Contention.from_dict(c["contention"])
-        return cls(tpl, base, comm, list(cached.get("warnings", [])), contention)
+        gemms = GemmCurve.from_dict(c.get("gemms"))
+        return cls(tpl, base, comm, list(cached.get("warnings", [])), contention, gemms)
 
     # --- per configuration arrays --------------------------------------------------------------
     def _coeffs(
@@ -248,6 +253,8 @@ class Estimator:
         mult = np.ones(nc)
         mult[:N_ROLES] = ratio
         mult[ROLE["const"]] = 1.0
+        for code, m in self._gemm_mult(cfg)[0].items():
+            mult[code] = m
         stage_params = stage_param_counts(cfg)
         base_opt = self.base_feat[ROLE["opt"]]
         for s in range(pp):
@@ -270,6 +277,46 @@ class Estimator:
         calls = np.ones(nc)
         calls[[cls_opt(s) for s in range(pp)]] = self.opt_scale(cfg)
         return mult * sp * cpu, add * sp, sp * cpu * calls, ratio
+
+    def _gemm_roles(self) -> dict[int, tuple[int, float, float]]:
+        """Per GEMM role the fleet's curve can re-time: (forward calls, variable ns, the
+        curve's ns for one call's multiplies, forward and backward) in the template. A role whose
+        traced ops are shorter than the multiplies the curve puts inside them is not the
+        standard linear (say, separate Q, K and V projections): it keeps its FLOP scaling."""
+        if not self.gemms.usable:
+            return {}
+        out = {}
+        shapes = role_gemms(self.base)
+        for role, g in shapes.items():
+            code = ROLE[role]
+            m = self.tpl.role == code
+            calls = int(np.count_nonzero(m & (self.tpl.bwd == 0)))
+            var = float(self.var[m].sum())
+            if calls == 0 or var <= 0:
+                continue
+            per_call = sum(self.gemms.time(s)[0] for s in g.fwd + g.bwd)
+            if per_call * calls > 1.25 * float(self.tpl.dur_ns[m].sum()):
+                continue
+            out[code] = (calls, var, per_call)
+        return out
+
+    def _gemm_mult(self, cfg: ModelConfig) -> tuple[dict[int, float], list[str]]:
+        """Multipliers of the GEMM roles' variable parts from the fleet's curve: the traced
+        ops keep their time, less the base's multiplies, plus the target's (never below a
+        quarter of the curve's ratio), and the shapes the curve extrapolates to."""
+        if not self._gemm_base:
+            return {}, []
+        out: dict[int, float] = {}
+        beyond: list[str] = []
+        shapes = role_gemms(cfg)
+        for code, (calls, var, base_call) in self._gemm_base.items():
+            g = shapes[ROLES[code]]
+            times = [self.gemms.time(s) for s in g.fwd + g.bwd]
+            new_call = sum(t for t, _ in times)
+            beyond += [f"{s}" for s, (_, b) in zip(g.fwd + g.bwd, times, strict=True) if b]
+            m = 1.0 + calls * (new_call - base_call) / var
+            out[code] = max(m, 0.25 * new_call / base_call)
+        return out, beyond
 
     def opt_scale(self, cfg: ModelConfig) -> tuple[float, ...]:
         """Per stage, parameter tensors of cfg's rank vs the template's (4 digits: a graph key)."""
@@ -312,6 +359,12 @@ class Estimator:
 
     def _warnings(self, cfg: ModelConfig, ratio: np.ndarray) -> list[str]:
         out = extrapolation(ratio, self._used_mask)
+        beyond = self._gemm_mult(cfg)[1]
+        if beyond:
+            out.append(
+                f"GEMM shape(s) (m, k, n) {', '.join(sorted(set(beyond)))} beyond those the "
+                "fleet measured on this device: their times are extrapolated"
+            )
         if cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1:
             out += [n for n in self.comm.notes if n not in out]
         if cfg.tp > 1:
@@ -483,6 +536,7 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
             "exposed_wait_ns": comm.exposed_wait_ns,
             "exposed_notes": comm.exposed_notes,
             "contention": Contention.calibrate(wh, job, lockstep_jobs=comm.lockstep_jobs).to_dict(),
+            "gemms": GemmCurve.calibrate(wh, job).to_dict(),
             "manifest": stamp,
             "format": CACHE_FORMAT,
         },
