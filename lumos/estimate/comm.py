@@ -97,22 +97,11 @@ class CommModel:
     def calibrate(cls, wh: Any, job: str, exclude: Sequence[str] = ()) -> CommModel:
         """Fit on the warehouse's all-reduces on the same kind of device (leaving out the jobs
         in `exclude`), else the defaults."""
-        import duckdb
+        from lumos.estimate.fleet_sql import fleet_rows
 
-        import lumos_sql
-
-        try:
-            con = duckdb.connect(str(wh.catalog), read_only=True)
-        except duckdb.Error:
+        (rows, sync_rows), why = fleet_rows(wh, ["comm_samples", "collective_waits"], job, exclude)
+        if why == "no catalog":
             return cls.default()
-        try:
-            params = {"job": job, "exclude": list(exclude)}
-            rows = con.execute(lumos_sql.load("estimate/comm_samples"), params).fetchall()
-            sync_rows = con.execute(lumos_sql.load("estimate/collective_waits"), params).fetchall()
-        except duckdb.Error:
-            rows, sync_rows = [], []
-        finally:
-            con.close()
         kind = "cpu"
         samples = [(r[0], _elements(r[1]) * 4, r[2]) for r in rows if r[1] and r[2] and r[2] > 0]
         if rows:

@@ -174,20 +174,9 @@ class Contention:
     ) -> Contention:
         """Learned from the warehouse's jobs on `job`'s device, leaving out `exclude`; the jobs
         in `lockstep_jobs` (`CommModel.lockstep_jobs`) teach the lock-step factor."""
-        import duckdb
+        from lumos.estimate.fleet_sql import fleet_rows
 
-        import lumos_sql
-
-        try:
-            con = duckdb.connect(str(wh.catalog), read_only=True)
-        except duckdb.Error:
-            return cls(notes=["no catalog to learn contention from"])
-        try:
-            rows = con.execute(
-                lumos_sql.load("estimate/contention"), {"job": job, "exclude": list(exclude)}
-            ).fetchall()
-        except duckdb.Error as e:
-            return cls(notes=[f"contention not learned ({e})"])
-        finally:
-            con.close()
+        (rows,), why = fleet_rows(wh, ["contention"], job, exclude)
+        if why:
+            return cls(notes=[f"contention not learned ({why})"])
         return cls.from_rows(rows, lockstep_jobs)

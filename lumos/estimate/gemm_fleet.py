@@ -114,22 +114,11 @@ class GemmCurve:
     def calibrate(cls, wh: Any, job: str, exclude: Sequence[str] = ()) -> GemmCurve:
         """Learned from the warehouse's single-rank jobs on `job`'s device, leaving out
         `exclude`."""
-        import duckdb
+        from lumos.estimate.fleet_sql import fleet_rows
 
-        import lumos_sql
-
-        try:
-            con = duckdb.connect(str(wh.catalog), read_only=True)
-        except duckdb.Error:
-            return cls(notes=["no catalog to learn GEMM times from"])
-        try:
-            rows = con.execute(
-                lumos_sql.load("estimate/gemm_samples"), {"job": job, "exclude": list(exclude)}
-            ).fetchall()
-        except duckdb.Error as e:
-            return cls(notes=[f"GEMM times not learned ({e})"])
-        finally:
-            con.close()
+        (rows,), why = fleet_rows(wh, ["gemm_samples"], job, exclude)
+        if why:
+            return cls(notes=[f"GEMM times not learned ({why})"])
         return cls.from_rows(rows)
 
     def to_dict(self) -> dict[str, Any]:

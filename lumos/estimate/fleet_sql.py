@@ -1,0 +1,36 @@
+"""Run the estimator's fleet queries (`lumos_sql/estimate/*.sql`) on a warehouse's catalog.
+
+Every query takes the base `$job` and the jobs to leave out, `$exclude` (an accuracy check
+never learns from the run it predicts). A warehouse without a catalog, or a query DuckDB
+refuses, yields no rows and the reason, so that each model falls back to its defaults and says
+why instead of failing the estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def fleet_rows(
+    wh: Any, names: Sequence[str], job: str, exclude: Sequence[str] = ()
+) -> tuple[list[list[tuple[Any, ...]]], str | None]:
+    """(rows of each `estimate/<name>` query, None) or (empty lists, why nothing was read)."""
+    import duckdb
+
+    import lumos_sql
+
+    empty: list[list[tuple[Any, ...]]] = [[] for _ in names]
+    try:
+        con = duckdb.connect(str(wh.catalog), read_only=True)
+    except duckdb.Error:
+        return empty, "no catalog"
+    try:
+        params = {"job": job, "exclude": list(exclude)}
+        return [
+            con.execute(lumos_sql.load(f"estimate/{n}"), params).fetchall() for n in names
+        ], None
+    except duckdb.Error as e:
+        return empty, str(e)
+    finally:
+        con.close()
