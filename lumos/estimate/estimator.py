@@ -185,7 +185,7 @@ class Estimator:
         self.base_feat = base_features(base)
         self.base_tensors = base_opt_tensors(base)
         self.attn_share = attention_compute_share(tpl, base, fixed)
-        self.gemms = gemms or GemmCurve(notes=["GEMM times not learned"])
+        self.gemms = gemms or GemmCurve.from_dict(None)
         self._gemm_base = self._gemm_roles()
         self._graphs: dict[Structure, EditedGraph] = {}
         self._compressed: dict[Structure, CompressedGraph] = {}
@@ -244,8 +244,9 @@ class Estimator:
     # --- per configuration arrays --------------------------------------------------------------
     def _coeffs(
         self, cfg: ModelConfig, speed: Mapping[str, float]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(mult, add, fscale, role ratio) over the duration classes of cfg's structure."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
+        """(mult, add, fscale, role ratio, GEMM shapes the curve extrapolates to) over the
+        duration classes of cfg's structure."""
         pp = cfg.pp
         nc = n_classes(pp)
         ratio = features(cfg) / self.base_feat
@@ -253,7 +254,8 @@ class Estimator:
         mult = np.ones(nc)
         mult[:N_ROLES] = ratio
         mult[ROLE["const"]] = 1.0
-        for code, m in self._gemm_mult(cfg)[0].items():
+        gemm_mult, beyond = self._gemm_mult(cfg)
+        for code, m in gemm_mult.items():
             mult[code] = m
         stage_params = stage_param_counts(cfg)
         base_opt = self.base_feat[ROLE["opt"]]
@@ -276,7 +278,7 @@ class Estimator:
         # (mult) its parameters
         calls = np.ones(nc)
         calls[[cls_opt(s) for s in range(pp)]] = self.opt_scale(cfg)
-        return mult * sp * cpu, add * sp, sp * cpu * calls, ratio
+        return mult * sp * cpu, add * sp, sp * cpu * calls, ratio, beyond
 
     def _gemm_roles(self) -> dict[int, tuple[int, float, float]]:
         """Per GEMM role the fleet's curve can re-time: (forward calls, variable ns, the
@@ -357,9 +359,8 @@ class Estimator:
             cg = self._compressed[s] = compress(self.graph(s))
         return cg
 
-    def _warnings(self, cfg: ModelConfig, ratio: np.ndarray) -> list[str]:
+    def _warnings(self, cfg: ModelConfig, ratio: np.ndarray, beyond: list[str]) -> list[str]:
         out = extrapolation(ratio, self._used_mask)
-        beyond = self._gemm_mult(cfg)[1]
         if beyond:
             out.append(
                 f"GEMM shape(s) (m, k, n) {', '.join(sorted(set(beyond)))} beyond those the "
@@ -411,6 +412,7 @@ class Estimator:
             groups.setdefault(self.structure(cfg), []).append(i)
         makespan = np.zeros(len(targets), np.int64)
         ratios: list[np.ndarray] = [np.ones(0)] * len(targets)
+        beyond: list[list[str]] = [[]] * len(targets)
         for s, idx in groups.items():
             merge = len(idx) >= MERGE_MIN if compressed is None else compressed
             eg = self.compressed(s) if merge else self.graph(s)
@@ -426,7 +428,7 @@ class Estimator:
                     dur = durations(eg, self.fixed, self.var, mult, add, fs)
                 makespan[part] = replay_sweep(eg.graph, dur, parallel=parallel)
                 for i, c in zip(part, co, strict=True):
-                    ratios[i] = c[3]
+                    ratios[i], beyond[i] = c[3], c[4]
         out = []
         for i, cfg in enumerate(targets):
             mem = estimate_memory(cfg)
@@ -438,7 +440,7 @@ class Estimator:
                     interval_ns=self._interval(pred, ratios[i], cfg),
                     memory_bytes=int(mem.memory_bytes),
                     fits=mem.fits,
-                    warnings=self._warnings(cfg, ratios[i]),
+                    warnings=self._warnings(cfg, ratios[i], beyond[i]),
                     speedups=dict(speedups[i]),
                 )
             )
@@ -450,7 +452,7 @@ class Estimator:
 
         s = self.structure(cfg)
         eg = self.graph(s)
-        mult, add, fs, ratio = self._coeffs(cfg, speedup or {})
+        mult, add, fs, ratio, beyond = self._coeffs(cfg, speedup or {})
         dur = durations(eg, self.fixed, self.var, mult[None], add[None], fs[None])[0]
         _, end = chain_replay(eg.graph, dur)
         pred = int(end.max()) if end.size else 0
@@ -467,7 +469,7 @@ class Estimator:
             interval_ns=self._interval(pred, ratio, cfg),
             memory_bytes=int(mem.memory_bytes),
             fits=mem.fits,
-            warnings=self.base_notes[:0] + self._warnings(cfg, ratio),
+            warnings=self.base_notes[:0] + self._warnings(cfg, ratio, beyond),
             breakdown=breakdown,
             speedups=dict(speedup or {}),
         )
