@@ -219,3 +219,40 @@ def test_gemm_roles_retimed_from_the_fleet(corpus_wh, target):
     bound = 0.40 if cfg.tp > 1 else 0.10
     assert np.max(np.abs(err_curve)) <= bound, err_curve
     assert np.abs(err_curve).sum() < np.abs(err_flops).sum(), (err_curve, err_flops)
+
+
+def test_attention_times_fitted_on_the_fleet(corpus_wh):
+    """The corpus's single-rank jobs measure attention at five shapes that vary in batch x heads,
+    sequence and head size: the fitted law reproduces each measured op within 10% (five terms
+    with non-negative coefficients need not pass through five points). Without the sequence x2
+    job the s and s² terms cannot be told apart, and nothing is fitted (the estimator keeps its
+    roofline split)."""
+    import json
+
+    import duckdb
+
+    from lumos.api import Warehouse
+    from lumos.estimate.op_fleet import OpTimes, parse_attention
+
+    wh = Warehouse.open(corpus_wh)
+    ops = OpTimes.calibrate(wh, "base")
+    assert "aten::scaled_dot_product_attention" in ops.attn, ops.notes
+    single = [j.name for j in corpus_jobs(CORPUS)]
+    single = [
+        j
+        for j in single
+        if json.loads((CORPUS / j / "measured.json").read_text())["config"]["world_size"] == 1
+    ]
+    con = duckdb.connect(str(wh.catalog), read_only=True)
+    rows = con.execute(
+        "SELECT input_dims, median(dur_ns) FROM events WHERE job IN (SELECT unnest($j)) "
+        "AND name = 'aten::scaled_dot_product_attention' GROUP BY ALL",
+        {"j": single},
+    ).fetchall()
+    con.close()
+    assert len(rows) >= 5
+    for dims, med in rows:
+        got = ops.attention("aten::scaled_dot_product_attention", parse_attention(dims))
+        assert abs(got / med - 1) <= 0.10, (dims, got, med)
+    blind = OpTimes.calibrate(wh, "base", exclude=["seq_x2"])
+    assert not blind.attn and "roofline" in " ".join(blind.notes)

@@ -29,7 +29,7 @@ def test_parse_gemm(name, dims, shape):
 
 
 def _rows(law, shapes):
-    """gemm_samples.sql rows of one job measuring `law` at `shapes` (as aten::mm)."""
+    """op_samples.sql rows of one job measuring `law` at `shapes` (as aten::mm)."""
     return [("aten::mm", f"[[{m}, {k}], [{k}, {n}]]", "j", 10, law(m, k, n)) for m, k, n in shapes]
 
 

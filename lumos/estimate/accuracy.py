@@ -48,6 +48,7 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
     from lumos.estimate.estimator import Estimator
     from lumos.estimate.fleet import Contention
     from lumos.estimate.gemm_fleet import GemmCurve
+    from lumos.estimate.op_fleet import OpTimes
 
     jobs = corpus_jobs(corpus)
     if not any(j.name == base for j in jobs):
@@ -71,6 +72,7 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
             est.base_notes,
             Contention.calibrate(wh, base, exclude=held_out, lockstep_jobs=comm.lockstep_jobs),
             GemmCurve.calibrate(wh, base, exclude=held_out),
+            OpTimes.calibrate(wh, base, exclude=held_out),
         )
         m = measured(j)
         cfg = {k: m["config"][k] for k in CONFIG_KEYS if k in m["config"]}

@@ -38,6 +38,7 @@ from lumos.estimate.fleet import Contention
 from lumos.estimate.gemm_fleet import GemmCurve, role_gemms
 from lumos.estimate.layers import ROLE, ROLES, Template, extract_template, template_path
 from lumos.estimate.memory import estimate_memory
+from lumos.estimate.op_fleet import OpTimes
 from lumos.estimate.retime import (
     GEMM_ROLES,
     TOKEN_ROLES,
@@ -70,7 +71,7 @@ from lumos.estimate.transforms import (
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 5
+CACHE_FORMAT = 6
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -168,6 +169,7 @@ class Estimator:
         base_notes: list[str],
         contention: Contention | None = None,
         gemms: GemmCurve | None = None,
+        ops: OpTimes | None = None,
     ):
         if base.pp != 1:
             base_notes = [
@@ -187,6 +189,8 @@ class Estimator:
         self.attn_share = attention_compute_share(tpl, base, fixed)
         self.gemms = gemms or GemmCurve.from_dict(None)
         self._gemm_base = self._gemm_roles()
+        self.ops = ops or OpTimes.from_dict(None)
+        self._attn_ops = self._attention_ops()
         self._graphs: dict[Structure, EditedGraph] = {}
         self._compressed: dict[Structure, CompressedGraph] = {}
         # the roles the template has (interval and warnings look at these only)
@@ -239,7 +243,8 @@ class Estimator:
         base.validate("base configuration")
         contention = Contention.from_dict(c["contention"])
         gemms = GemmCurve.from_dict(c.get("gemms"))
-        return cls(tpl, base, comm, list(cached.get("warnings", [])), contention, gemms)
+        ops = OpTimes.from_dict(c.get("ops"))
+        return cls(tpl, base, comm, list(cached.get("warnings", [])), contention, gemms, ops)
 
     # --- per configuration arrays --------------------------------------------------------------
     def _coeffs(
@@ -257,6 +262,8 @@ class Estimator:
         gemm_mult, beyond = self._gemm_mult(cfg)
         for code, m in gemm_mult.items():
             mult[code] = m
+        if self._attn_ops is not None:
+            mult[ROLE["attn"]] = self._attention_mult(cfg)
         stage_params = stage_param_counts(cfg)
         base_opt = self.base_feat[ROLE["opt"]]
         for s in range(pp):
@@ -304,8 +311,9 @@ class Estimator:
 
     def _gemm_mult(self, cfg: ModelConfig) -> tuple[dict[int, float], list[str]]:
         """Multipliers of the GEMM roles' variable parts from the fleet's curve: the traced
-        ops keep their time, less the base's multiplies, plus the target's (never below a
-        quarter of the curve's ratio), and the shapes the curve extrapolates to."""
+        multiplies (the curve's time for them, at most the role's variable time) grow by the
+        curve's ratio of the target's to the base's (never below a quarter of it), and the
+        shapes the curve extrapolates to."""
         if not self._gemm_base:
             return {}, []
         out: dict[int, float] = {}
@@ -316,9 +324,41 @@ class Estimator:
             times = [self.gemms.time(s) for s in g.fwd + g.bwd]
             new_call = sum(t for t, _ in times)
             beyond += [f"{s}" for s, (_, b) in zip(g.fwd + g.bwd, times, strict=True) if b]
-            m = 1.0 + calls * (new_call - base_call) / var
+            # the curve's ratio, applied to the traced multiplies' share of the variable time:
+            # a fleet recorded on a faster or slower day shifts the curve, not the ratio
+            share = min(calls * base_call, var) / var
+            m = 1.0 + (new_call / base_call - 1.0) * share
             out[code] = max(m, 0.25 * new_call / base_call)
         return out, beyond
+
+    def _attention_ops(self) -> tuple[list[str], np.ndarray, np.ndarray, float, float] | None:
+        """(op names, the fitted per-call ns of each at the base's shape, their traced ns, their
+        fixed ns, their variable ns) of the template's attention ops, when the fleet fitted
+        every one of them; else None (the roofline split of `attention_ratio` applies)."""
+        idx = np.flatnonzero(self.tpl.role == ROLE["attn"])
+        var = float(self.var[idx].sum())
+        if idx.size == 0 or var <= 0:
+            return None
+        names = [self.tpl.names[i] for i in idx]
+        if not all(self.ops.has_attention(n) for n in names):
+            return None
+        shape = _attention_shape(self.base)
+        fitted = np.array([self.ops.attention(n, shape) for n in names])
+        if not (fitted > 0).all():
+            return None
+        dur = self.tpl.dur_ns[idx].astype(float)
+        return names, fitted, dur, float(self.fixed[idx].sum()), var
+
+    def _attention_mult(self, cfg: ModelConfig) -> float:
+        """Multiplier of attention's variable part: each traced op grows by the fitted ratio of
+        cfg's shape to the base's (a ratio: a fleet recorded on a faster or slower day shifts
+        the fit, not the ratio)."""
+        names, fitted, dur, fixed, var = self._attn_ops
+        shape = _attention_shape(cfg)
+        new = sum(
+            d * self.ops.attention(n, shape) / f for n, f, d in zip(names, fitted, dur, strict=True)
+        )
+        return max((new - fixed) / var, 0.05)
 
     def opt_scale(self, cfg: ModelConfig) -> tuple[float, ...]:
         """Per stage, parameter tensors of cfg's rank vs the template's (4 digits: a graph key)."""
@@ -515,6 +555,12 @@ def manifest_stamp(root: Path) -> str:
     return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
 
 
+def _attention_shape(cfg: ModelConfig) -> tuple[int, int, int]:
+    """(batch x heads on one rank, sequence, head dimension) of cfg's attention calls."""
+    heads = max(cfg.heads, 1)
+    return (cfg.micro_batch * max(heads // cfg.tp, 1), cfg.seq, max(cfg.hidden // heads, 1))
+
+
 def _build_cache(root: Path, job: str, stamp: str) -> None:
     """Extract the template, infer the base and learn from the fleet for `job` (~2 s)."""
     from lumos.api import Warehouse
@@ -539,6 +585,7 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
             "exposed_notes": comm.exposed_notes,
             "contention": Contention.calibrate(wh, job, lockstep_jobs=comm.lockstep_jobs).to_dict(),
             "gemms": GemmCurve.calibrate(wh, job).to_dict(),
+            "ops": OpTimes.calibrate(wh, job).to_dict(),
             "manifest": stamp,
             "format": CACHE_FORMAT,
         },

@@ -5,7 +5,7 @@ overhead amortised), so doubling its FLOPs less than doubles its time: on the co
 micro-batch x2 costs x1.66-1.88 per GEMM, and a tensor-parallel slice keeps 0.66-0.97x of the
 unsplit GEMM's time for half its work. Scaling a traced GEMM by its FLOPs misses both. The fleet
 of single-rank jobs on the same device holds GEMMs of many shapes
-(`lumos_sql/estimate/gemm_samples.sql`), and `GemmCurve.time(m, k, n)` reads the curve from them:
+(`lumos_sql/estimate/op_samples.sql`), and `GemmCurve.time(m, k, n)` reads the curve from them:
 a local linear fit of log time on (log2 m, log2 k, log2 n), each sample weighted by its distance to
 the queried shape (Gaussian, `BANDWIDTH` doublings), with slopes pulled gently towards 1 (time
 proportional to FLOPs, what large GEMMs approach) so that a direction the samples do not vary in
@@ -40,6 +40,8 @@ REACH = 1.5
 PRIOR = 0.05
 
 Shape = tuple[int, int, int]
+# the library calls (not the linear/matmul wrappers around them)
+GEMM_OPS = frozenset(("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"))
 
 
 def parse_gemm(name: str, dims_text: str | None) -> Shape | None:
@@ -83,10 +85,13 @@ class GemmCurve:
 
     @classmethod
     def from_rows(cls, rows: Sequence[tuple[Any, ...]]) -> GemmCurve:
-        """Rows of gemm_samples.sql: per shape, the median over jobs of each job's median."""
+        """Rows of op_samples.sql (GEMM ops only are read): per shape, the median over jobs of each
+        job's median."""
         per: dict[Shape, list[float]] = {}
         jobs: set[str] = set()
         for name, dims, job, _n, med in rows:
+            if name not in GEMM_OPS:
+                continue
             s = parse_gemm(name, dims)
             if s is None or not med or med <= 0:
                 continue
@@ -116,7 +121,7 @@ class GemmCurve:
         `exclude`."""
         from lumos.estimate.fleet_sql import fleet_rows
 
-        (rows,), why = fleet_rows(wh, ["gemm_samples"], job, exclude)
+        (rows,), why = fleet_rows(wh, ["op_samples"], job, exclude)
         if why:
             return cls(notes=[f"GEMM times not learned ({why})"])
         return cls.from_rows(rows)
@@ -144,28 +149,30 @@ class GemmCurve:
         """(ns, beyond): the curve's time for one GEMM of `shape`, and whether it extrapolates."""
         hit = self._cache.get(shape)
         if hit is None:
-            hit = self._cache[shape] = _local_fit(
+            hit = self._cache[shape] = local_fit(
                 self.shapes, self.log_ns, self.weight, np.log2(np.array(shape, dtype=float))
             )
         return hit
 
 
-def _local_fit(x: np.ndarray, y: np.ndarray, w0: np.ndarray, q: np.ndarray) -> tuple[float, bool]:
+def local_fit(x: np.ndarray, y: np.ndarray, w0: np.ndarray, q: np.ndarray) -> tuple[float, bool]:
+    """exp of a locally weighted linear fit of `y` (log time) on `x` (log2 sizes, one column per
+    dimension) at `q`, and whether `q` lies beyond `REACH` of every sample. Slopes ("time ∝
+    size^b") are pulled towards 1, so a dimension the samples do not vary in scales linearly."""
     d = x - q
     dist2 = np.einsum("ij,ij->i", d, d)
     w = w0 * np.exp(-dist2 / (2 * BANDWIDTH**2))
     beyond = bool(np.sqrt(dist2.min()) > REACH)
-    if w.sum() <= 1e-300:  # far beyond every sample: the nearest one, scaled by FLOPs
+    if w.sum() <= 1e-300:  # far beyond every sample: the nearest one, scaled linearly
         i = int(np.argmin(dist2))
         return float(math.exp(y[i] + math.log(2) * float(-d[i].sum()))), True
-    # log t = c + sum_j b_j * log2-offset_j * ln2; slopes b in units of "time ∝ dim^b"
     a = np.column_stack([np.ones(len(y)), d * math.log(2)])
     lam = PRIOR * w.sum()
+    dims = x.shape[1]
     ata = a.T @ (a * w[:, None])
     atb = a.T @ (w * y)
-    reg = np.diag([0.0, lam, lam, lam])
-    prior = np.array([0.0, lam, lam, lam])  # slopes pulled towards 1
-    coef = np.linalg.solve(ata + reg, atb + prior)
+    prior = np.array([0.0] + [lam] * dims)
+    coef = np.linalg.solve(ata + np.diag(prior), atb + prior)
     return float(math.exp(coef[0])), beyond
 
 

@@ -1,0 +1,26 @@
+-- op_samples: what each operator costs at each input shape on job $job's device, from the
+-- warehouse's single-rank jobs: the samples of the estimator's shape curves (GEMMs in
+-- lumos/estimate/gemm_fleet.py; attention and memory-bound ops in lumos/estimate/op_fleet.py).
+-- An op's time is not proportional to its FLOPs or bytes (per-call overhead, cache blocking,
+-- working sets that outgrow a cache level, fresh pages for large outputs), and the fleet's
+-- measured ops of many shapes show the curve. Only jobs with one rank (no co-located rank slows
+-- them: contention is fleet.py's) and CPU devices (a GPU trace's CPU op is the launch, not the
+-- work). Jobs in $exclude are left out.
+-- Columns: op name, input dims (parsed in Python), job, calls, median duration (ns).
+WITH dev AS (
+    SELECT any_value(device) AS device FROM traces WHERE job = $job AND status = 'ok'
+), jobs AS (
+    SELECT t.job
+    FROM traces AS t
+    WHERE t.status = 'ok' AND NOT list_contains($exclude, t.job)
+    GROUP BY t.job
+    HAVING count(DISTINCT t.rank) = 1 AND coalesce(max(t.world_size), 1) = 1
+       AND any_value(t.device) = (SELECT device FROM dev) AND any_value(t.device) = 'cpu'
+)
+SELECT e.name, e.input_dims, e.job, count(*) AS n, median(e.dur_ns) AS med_ns
+FROM events AS e
+JOIN jobs USING (job)
+WHERE e.cat = 'cpu_op' AND e.ph = 'X' AND e.dur_ns > 0
+  AND e.input_dims IS NOT NULL AND e.input_dims <> '[]'
+GROUP BY ALL
+ORDER BY e.job, e.name, e.input_dims;
