@@ -47,8 +47,7 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
     from lumos.estimate.comm import CommModel
     from lumos.estimate.estimator import Estimator
     from lumos.estimate.fleet import Contention
-    from lumos.estimate.gemm_fleet import GemmCurve
-    from lumos.estimate.op_fleet import OpTimes
+    from lumos.estimate.op_fleet import calibrate_shapes
 
     jobs = corpus_jobs(corpus)
     if not any(j.name == base for j in jobs):
@@ -65,14 +64,15 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
         # being predicted
         held_out = [j.name] if j.name != base else []
         comm = CommModel.calibrate(wh, base, exclude=held_out)
+        gemms, ops = calibrate_shapes(wh, base, exclude=held_out)
         fleet = Estimator(
             est.tpl,
             est.base,
             comm,
             est.base_notes,
             Contention.calibrate(wh, base, exclude=held_out, lockstep_jobs=comm.lockstep_jobs),
-            GemmCurve.calibrate(wh, base, exclude=held_out),
-            OpTimes.calibrate(wh, base, exclude=held_out),
+            gemms,
+            ops,
         )
         m = measured(j)
         cfg = {k: m["config"][k] for k in CONFIG_KEYS if k in m["config"]}

@@ -38,7 +38,7 @@ from lumos.estimate.fleet import Contention
 from lumos.estimate.gemm_fleet import GemmCurve, role_gemms
 from lumos.estimate.layers import ROLE, ROLES, Template, extract_template, template_path
 from lumos.estimate.memory import estimate_memory
-from lumos.estimate.op_fleet import OpTimes
+from lumos.estimate.op_fleet import OpTimes, calibrate_shapes
 from lumos.estimate.retime import (
     GEMM_ROLES,
     TOKEN_ROLES,
@@ -331,33 +331,33 @@ class Estimator:
             out[code] = max(m, 0.25 * new_call / base_call)
         return out, beyond
 
-    def _attention_ops(self) -> tuple[list[str], np.ndarray, np.ndarray, float, float] | None:
-        """(op names, the fitted per-call ns of each at the base's shape, their traced ns, their
-        fixed ns, their variable ns) of the template's attention ops, when the fleet fitted
-        every one of them; else None (the roofline split of `attention_ratio` applies)."""
+    def _attention_ops(self) -> tuple[list[tuple[str, float, float]], float, float] | None:
+        """((op name, its fitted per-call ns at the base's shape, its ops' traced ns) per
+        attention op name, the ops' fixed ns, their variable ns) of the template, when the fleet
+        fitted every one of them; else None (the roofline split of `attention_ratio` applies)."""
         idx = np.flatnonzero(self.tpl.role == ROLE["attn"])
         var = float(self.var[idx].sum())
         if idx.size == 0 or var <= 0:
             return None
-        names = [self.tpl.names[i] for i in idx]
-        if not all(self.ops.has_attention(n) for n in names):
+        traced: dict[str, float] = {}
+        for i in idx:
+            name = self.tpl.names[i]
+            traced[name] = traced.get(name, 0.0) + float(self.tpl.dur_ns[i])
+        if not all(self.ops.has_attention(n) for n in traced):
             return None
         shape = _attention_shape(self.base)
-        fitted = np.array([self.ops.attention(n, shape) for n in names])
-        if not (fitted > 0).all():
+        ops = [(n, self.ops.attention(n, shape), t) for n, t in traced.items()]
+        if not all(f > 0 for _, f, _ in ops):
             return None
-        dur = self.tpl.dur_ns[idx].astype(float)
-        return names, fitted, dur, float(self.fixed[idx].sum()), var
+        return ops, float(self.fixed[idx].sum()), var
 
     def _attention_mult(self, cfg: ModelConfig) -> float:
         """Multiplier of attention's variable part: each traced op grows by the fitted ratio of
         cfg's shape to the base's (a ratio: a fleet recorded on a faster or slower day shifts
         the fit, not the ratio)."""
-        names, fitted, dur, fixed, var = self._attn_ops
+        ops, fixed, var = self._attn_ops
         shape = _attention_shape(cfg)
-        new = sum(
-            d * self.ops.attention(n, shape) / f for n, f, d in zip(names, fitted, dur, strict=True)
-        )
+        new = sum(t * self.ops.attention(n, shape) / f for n, f, t in ops)
         return max((new - fixed) / var, 0.05)
 
     def opt_scale(self, cfg: ModelConfig) -> tuple[float, ...]:
@@ -572,6 +572,7 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
     inf = infer_base(wh, job)
     _write_json(folder / "base.json", {"config": inf.config.to_dict(), "warnings": inf.warnings})
     comm = CommModel.calibrate(wh, job)
+    gemms, ops = calibrate_shapes(wh, job)
     _write_json(
         folder / "comm.json",
         {
@@ -584,8 +585,8 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
             "exposed_wait_ns": comm.exposed_wait_ns,
             "exposed_notes": comm.exposed_notes,
             "contention": Contention.calibrate(wh, job, lockstep_jobs=comm.lockstep_jobs).to_dict(),
-            "gemms": GemmCurve.calibrate(wh, job).to_dict(),
-            "ops": OpTimes.calibrate(wh, job).to_dict(),
+            "gemms": gemms.to_dict(),
+            "ops": ops.to_dict(),
             "manifest": stamp,
             "format": CACHE_FORMAT,
         },

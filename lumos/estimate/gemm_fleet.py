@@ -119,12 +119,9 @@ class GemmCurve:
     def calibrate(cls, wh: Any, job: str, exclude: Sequence[str] = ()) -> GemmCurve:
         """Learned from the warehouse's single-rank jobs on `job`'s device, leaving out
         `exclude`."""
-        from lumos.estimate.fleet_sql import fleet_rows
+        from lumos.estimate.op_fleet import calibrate_shapes
 
-        (rows,), why = fleet_rows(wh, ["op_samples"], job, exclude)
-        if why:
-            return cls(notes=[f"GEMM times not learned ({why})"])
-        return cls.from_rows(rows)
+        return calibrate_shapes(wh, job, exclude)[0]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -149,13 +146,13 @@ class GemmCurve:
         """(ns, beyond): the curve's time for one GEMM of `shape`, and whether it extrapolates."""
         hit = self._cache.get(shape)
         if hit is None:
-            hit = self._cache[shape] = local_fit(
+            hit = self._cache[shape] = _local_fit(
                 self.shapes, self.log_ns, self.weight, np.log2(np.array(shape, dtype=float))
             )
         return hit
 
 
-def local_fit(x: np.ndarray, y: np.ndarray, w0: np.ndarray, q: np.ndarray) -> tuple[float, bool]:
+def _local_fit(x: np.ndarray, y: np.ndarray, w0: np.ndarray, q: np.ndarray) -> tuple[float, bool]:
     """exp of a locally weighted linear fit of `y` (log time) on `x` (log2 sizes, one column per
     dimension) at `q`, and whether `q` lies beyond `REACH` of every sample. Slopes ("time ∝
     size^b") are pulled towards 1, so a dimension the samples do not vary in scales linearly."""

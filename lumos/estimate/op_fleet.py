@@ -30,11 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from lumos.estimate.gemm_fleet import GemmCurve
+
 # a backward op in the template is the autograd engine's frame around the node that has shapes
 AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "
 # distinct shapes an attention op needs before its five coefficients are trusted
 MIN_ATTN_SHAPES = 5
-ATTN_TERMS = ("call", "bh*s", "bh*s*d", "bh*s^2", "bh*s^2*d")
 
 AttnShape = tuple[int, int, int]  # (batch x heads on the rank, seq, head dim)
 
@@ -136,12 +137,7 @@ class OpTimes:
     def calibrate(cls, wh: Any, job: str, exclude: Sequence[str] = ()) -> OpTimes:
         """Learned from the warehouse's single-rank jobs on `job`'s device, leaving out
         `exclude`."""
-        from lumos.estimate.fleet_sql import fleet_rows
-
-        (rows,), why = fleet_rows(wh, ["op_samples"], job, exclude)
-        if why:
-            return cls(notes=[f"op times by shape not learned ({why})"])
-        return cls.from_rows(rows)
+        return calibrate_shapes(wh, job, exclude)[1]
 
     def to_dict(self) -> dict[str, Any]:
         return {"attn": self.attn, "notes": list(self.notes)}
@@ -159,6 +155,20 @@ class OpTimes:
     def attention(self, name: str, shape: AttnShape) -> float:
         """The fitted time (ns) of one call of attention op `name` at `shape`."""
         return float(attention_terms(shape) @ self._attn_coef[op_key(name)])
+
+
+def calibrate_shapes(wh: Any, job: str, exclude: Sequence[str] = ()) -> tuple[GemmCurve, OpTimes]:
+    """The GEMM curve and the attention fits of `job`'s device from one read of the fleet's
+    op samples (jobs in `exclude` left out)."""
+    from lumos.estimate.fleet_sql import fleet_rows
+
+    (rows,), why = fleet_rows(wh, ["op_samples"], job, exclude)
+    if why:
+        return (
+            GemmCurve(notes=[f"GEMM times not learned ({why})"]),
+            OpTimes(notes=[f"op times by shape not learned ({why})"]),
+        )
+    return GemmCurve.from_rows(rows), OpTimes.from_rows(rows)
 
 
 def _fit_attention(per: dict[AttnShape, list[float]]) -> np.ndarray | None:
