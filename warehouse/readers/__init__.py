@@ -10,7 +10,7 @@ JSON validation of every event, spans of the kept keys; `swar` skips string cont
 a time), `scanner` and `walker` (the codes and the key list it shares), `decode` and `columns`
 (spans → Arrow columns), `numbers` (exact decimal → int64 ns, numba), `strings`, `categories`
 (normalisation), `sniff` (what a file looks like), `trace` (the streaming loop, with buffers
-reused from file to file).
+reused from file to file), `jit` (the kernels' decorator: no reference counting, no allocation).
 """
 
 from __future__ import annotations

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 import pyarrow as pa
 
+from warehouse.readers.jit import kernel
 from warehouse.readers.numbers import int_value
 from warehouse.readers.strings import str_value
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def convert(
     buf,
     starts,
@@ -32,13 +32,16 @@ def convert(
     str_alt,
     str_mode,
     str_base,
+    o,
     sout,
     soff,
     svalid,
 ):  # pragma: no cover - numba
-    """Fill ints/ivalid[col, row] and the string columns; returns (row, field, code) of an error."""
+    """Fill ints/ivalid[col, row] and the string columns; returns (row, field, code) of an error.
+
+    `o` starts as a copy of `str_base` and ends as each string column's end in `sout`.
+    """
     n = starts.shape[0]
-    o = str_base.copy()
     for c in range(str_f.shape[0]):
         soff[c, 0] = 0
     for k in range(n):
@@ -149,6 +152,7 @@ def run(
         plan.str_f,
         plan.str_alt,
         plan.str_mode,
+        base[:-1],
         base[:-1].copy(),
         scratch.sout,
         soff,

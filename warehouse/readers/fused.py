@@ -18,9 +18,9 @@ holding non-ASCII bytes). Nesting deeper than `MAX_DEPTH` is refused.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from warehouse.readers.jit import kernel
 from warehouse.readers.scanner import (
     E_DUPLICATE,
     E_EVENT_NOT_OBJECT,
@@ -81,8 +81,9 @@ MAX_BUFFER = 2**31 - 1
     S_EV_EXPECT,
     S_EV_COUNT,
     S_REASON,
-) = range(10)
-STATE_SIZE = 10
+    S_ERR_SCRATCH,  # 2 slots: the walkers' err (position, reason); kernels allocate nothing (jit.py)
+) = range(11)
+STATE_SIZE = S_ERR_SCRATCH + 2
 
 _KEY_BYTES = np.frombuffer(b"".join(k.encode() for k in KEYS), dtype=np.uint8)
 _KEY_OFFSETS = np.cumsum([0] + [len(k.encode()) for k in KEYS]).astype(np.int64)
@@ -117,7 +118,7 @@ _OBJ = 0
 _ARR = 1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _ws(buf, i, n):  # pragma: no cover - numba
     while i < n:
         c = buf[i]
@@ -127,12 +128,12 @@ def _ws(buf, i, n):  # pragma: no cover - numba
     return i
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _is_hex(c):  # pragma: no cover - numba
     return (48 <= c <= 57) or (97 <= c <= 102) or (65 <= c <= 70)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _string(buf, i, n, err):  # pragma: no cover - numba
     """`buf[i]` follows an opening quote. End after the closing quote; -1 incomplete; -2 error."""
     while i < n:
@@ -182,14 +183,14 @@ def _string(buf, i, n, err):  # pragma: no cover - numba
     return -1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def _digits(buf, j, n):  # pragma: no cover - numba
     while j < n and 48 <= buf[j] <= 57:
         j += 1
     return j
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _number(buf, i, n, err):  # pragma: no cover - numba
     """A JSON number starting at `buf[i]`: its end; -1 incomplete; -2 error."""
     j = i
@@ -237,7 +238,7 @@ def _number(buf, i, n, err):  # pragma: no cover - numba
     return j
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _literal(buf, i, n, err):  # pragma: no cover - numba
     """true / false / null at `buf[i]`: its end; -1 incomplete; -2 error."""
     c = buf[i]
@@ -261,7 +262,7 @@ def _literal(buf, i, n, err):  # pragma: no cover - numba
     return i + m
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _scalar(buf, i, n, err):  # pragma: no cover - numba
     c = buf[i]
     if c == 34:
@@ -275,7 +276,7 @@ def _scalar(buf, i, n, err):  # pragma: no cover - numba
     return -2
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _match(buf, ks, ke, kbytes, koff, table, group):  # pragma: no cover - numba
     """Index of the kept key of `group` whose bytes equal buf[ks:ke], or -1."""
     length = ke - ks
@@ -291,7 +292,7 @@ def _match(buf, ks, ke, kbytes, koff, table, group):  # pragma: no cover - numba
     return f
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _event(
     buf, i, n, ev, starts, ends, totals, kbytes, koff, table, args_field, stack, err
 ):  # pragma: no cover - numba
@@ -406,7 +407,7 @@ def _event(
         expect = _X_COMMA_OR_END
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def scan(
     buf, state, members, te, starts, ends, totals, kbytes, koff, table, args_field, stack
 ):  # pragma: no cover - numba
@@ -419,7 +420,7 @@ def scan(
     """
     n = buf.shape[0]
     cap = starts.shape[0]
-    err = np.zeros(2, dtype=np.int64)
+    err = state[S_ERR_SCRATCH : S_ERR_SCRATCH + 2]
     phase = state[S_PHASE]
     seen_te = state[S_SEEN_TE]
     ev_expect = state[S_EV_EXPECT]

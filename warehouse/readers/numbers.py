@@ -12,8 +12,9 @@ The input is the trace text and, per row, the span [start, end) of a value found
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from warehouse.readers.jit import kernel
 
 # Error codes (the parse stops at the first error and reports its row).
 E_STRING = 1
@@ -39,7 +40,7 @@ _INT64_MAX = np.int64(9223372036854775807)
 _POW10 = np.array([10**k for k in range(19)], dtype=np.int64)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _number(buf, a, b, scale):  # pragma: no cover - numba
     """Parse the JSON number buf[a:b] × 10**scale. Returns (value, code, is_integer_text)."""
     p = a
@@ -106,7 +107,7 @@ def _number(buf, a, b, scale):  # pragma: no cover - numba
     return (-v if neg else v), 0, is_int
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _int_in_string(buf, a, b, hex_ok):  # pragma: no cover - numba
     """The first integer inside the string content buf[a:b]; (value, found, overflow)."""
     p = a
@@ -165,7 +166,7 @@ def _int_in_string(buf, a, b, hex_ok):  # pragma: no cover - numba
     return (-v if neg else v), True, False
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def int_value(buf, a, b, scale, mode):  # pragma: no cover - numba
     """The value span buf[a:b] (a < 0: absent) as (value, present, error code)."""
     if a < 0:

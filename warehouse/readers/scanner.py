@@ -8,7 +8,7 @@ just the phase below.
 
 from __future__ import annotations
 
-import numba
+from warehouse.readers.jit import kernel
 
 # Phases: what the scanner expects next at a clean point.
 P_START = 0  # leading whitespace, then '{'
@@ -32,7 +32,7 @@ E_DUPLICATE = -5  # traceEvents appears twice
 MAX_MEMBERS = 64
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _skip_string(buf, i, n):  # pragma: no cover - numba
     """`buf[i]` is the byte after an opening quote; return the index after the closing quote or -1."""
     while i < n:

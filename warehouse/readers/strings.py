@@ -7,7 +7,7 @@ as their JSON text, depending on the column's mode.
 
 from __future__ import annotations
 
-import numba
+from warehouse.readers.jit import kernel
 
 G_STRICT = 0  # a string or null; anything else is an error (ph, name, cat, bp)
 G_ONLY_STR = 1  # strings; other values → null (pid/tid labels)
@@ -17,7 +17,7 @@ G_RAW = 3  # the JSON text as written (args_json, Input Dims); null → null
 E_NOT_STRING = 1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _hex4(buf, p):  # pragma: no cover - numba
     v = 0
     for q in range(p, p + 4):
@@ -32,7 +32,7 @@ def _hex4(buf, p):  # pragma: no cover - numba
     return v
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _put_utf8(out, o, cp):  # pragma: no cover - numba
     if cp < 0x80:
         out[o] = cp
@@ -53,7 +53,7 @@ def _put_utf8(out, o, cp):  # pragma: no cover - numba
     return o + 4
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _unescape(buf, a, b, out, o):  # pragma: no cover - numba
     """Copy the string content buf[a:b] (between the quotes) to out[o:], unescaped."""
     p = a
@@ -94,18 +94,17 @@ def _unescape(buf, a, b, out, o):  # pragma: no cover - numba
     return o
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def _copy(buf, a, b, out, o):  # pragma: no cover - numba
-    if b - a > 16:
-        out[o : o + (b - a)] = buf[a:b]
-        return o + (b - a)
-    for q in range(a, b):  # numba's slice assignment costs more than a short value's copy
+    # a loop, not a slice assignment: numba copies through a temporary when slices may overlap,
+    # which needs an allocation (these kernels have none) and costs more for short values
+    for q in range(a, b):
         out[o] = buf[q]
         o += 1
     return o
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel
 def str_value(buf, a, b, mode, out, o):  # pragma: no cover - numba
     """Append the value span buf[a:b] (a < 0: absent) to out[o:]: (new o, present, error code)."""
     if a < 0:

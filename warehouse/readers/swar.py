@@ -8,12 +8,13 @@ those with a few integer operations (the classic has-zero-byte / has-less-than t
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
+
+from warehouse.readers.jit import kernel
 
 _ONES = np.uint64(0x0101010101010101)
 _HIGH = np.uint64(0x8080808080808080)
@@ -44,7 +45,7 @@ def load8(typingctx, arr, i):  # pragma: no cover - numba
     return sig, codegen
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def special8(x):  # pragma: no cover - numba
     """High bit set in the byte lanes of `x` that are '"', '\\' or < 0x20. The lowest set lane is
     exact (a borrow only reaches lanes above a true match), which is all `skip_plain` uses."""
@@ -53,7 +54,7 @@ def special8(x):  # pragma: no cover - numba
     return (((q - _ONES) & ~q) | ((b - _ONES) & ~b) | ((x - _SPACES) & ~x)) & _HIGH
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(inline=True)
 def skip_plain(buf, i, n):  # pragma: no cover - numba
     """The first index >= i of a '"', '\\' or control byte, looking 8 bytes at a time while 8
     remain; `n - 8 < result <= n` (or a special byte) when fewer than 8 bytes remain."""
