@@ -746,7 +746,8 @@ def ingest(
             order = iter(todo)
             next_i = next(order, None)
             pending: list[tuple[_Task, int, _Staged]] = []
-            last_commit = time.monotonic()
+            # the first staged file is committed at once: a kill loses at most what came after
+            last_commit = -float("inf")
 
             def drain(force: bool) -> None:
                 # commit staged files in input order, so "the second file" of a rank clash is the
