@@ -6,12 +6,13 @@ traces beside it; the corpus ingests cleanly; the model replay reproduces every 
 the replay bounds (median <= 1%, max <= 3%); the base configuration inferred from each job's
 trace is the configuration it was run with; and estimation from two bases (issue 5).
 
-The estimation bounds of issue 5 (mean <= 4%, max <= 10% over every configuration) are not met
-(docs/estimate.md, "Accuracy on the corpus": 4.9% / 9.4% from `base`, 5.3% / 14.7% from
-`layers_x2`, where the same configuration measured twice on the quiet machine differs by up to 9.5%
-for single-rank runs and 20% for pipelined ones). What is asserted is that level: mean |error| at
-most 7.0% and every configuration within 15% of its median traced step, from both bases, and every
-parallel configuration predicted with its fleet warnings.
+The estimation bounds of issue 5 (mean <= 4%, max <= 10% over every configuration) are met from
+`layers_x2` and not quite from `base` (docs/estimate.md, "Accuracy on the corpus": 4.4% / 9.4%
+from `base`, 3.8% / 10.0% from `layers_x2`, where the same configuration measured twice on the
+quiet machine differs by up to 9.5% for single-rank runs and 20% for pipelined ones). What is
+asserted is that level with a margin: mean |error| at most 5.0% and every configuration within 11%
+of its median traced step, from both bases, and every parallel configuration predicted with its
+fleet warnings.
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ def test_inferred_base_is_the_run_configuration(corpus_wh):
         keys = [k for k in CONFIG_KEYS if k != "pp_schedule" or ran["pp"] > 1]
         wrong = {k: (ran[k], got.get(k)) for k in keys if ran[k] != got.get(k)}
         assert not wrong, f"{job.name}: (ran, inferred) {wrong}"
+        # the trainer's F.scaled_dot_product_attention runs the CPU flash kernel
+        # (aten::_scaled_dot_product_flash_attention_for_cpu in every trace): no stored scores
+        assert got["flash_attention"] is True, job.name
 
 
 @pytest.mark.parametrize("base", ["base", "layers_x2"])
@@ -110,8 +114,8 @@ def test_estimation_accuracy(corpus_wh, base):
     own = next(r for r in rows if r["config"] == base)
     assert abs(own["error_pct"]) <= 1.0, "a base must predict its own median step"
     others = [abs(r["error_pct"]) for r in rows if r["config"] != base]
-    assert sum(others) / len(others) <= 7.0, table
-    assert max(others) <= 15.0, table
+    assert sum(others) / len(others) <= 5.0, table
+    assert max(others) <= 11.0, table
     parallel = [r for r in rows if r["config"] not in SHAPE_CHANGES]
     assert all(r["warnings"] >= 1 for r in parallel), "fleet-learned costs must be flagged"
     assert all(r["predicted_ms"] > 0 for r in rows)

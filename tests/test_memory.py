@@ -37,6 +37,9 @@ def test_activation_formula_by_hand():
     sel = tp2.replace(sequence_parallel=True, recompute="selective")
     assert layer_activation_bytes(sel) == 32 * 34 / 2
     assert layer_activation_bytes(SMALL.replace(recompute="full")) == 2 * 32
+    # A fused (flash) attention kernel stores no scores: 32 · 34, with or without TP.
+    assert layer_activation_bytes(SMALL.replace(flash_attention=True)) == 32 * 34
+    assert layer_activation_bytes(tp2.replace(flash_attention=True)) == 32 * (10 + 24 / 2)
     # A wider MLP only grows the MLP's part: f = 8h gives 34 + 16 (4·f/h grows by 16).
     assert layer_activation_bytes(SMALL.replace(ffn=64)) == 32 * (34 + 16 + 5)
     assert layer_activation_bytes(SMALL.replace(dtype_bytes=4)) == 2 * 1248

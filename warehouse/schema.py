@@ -428,6 +428,7 @@ ESTIMATE_CONFIG_FIELDS = [
     pa.field("zero_stage", pa.int64(), nullable=False),
     pa.field("sequence_parallel", pa.bool_(), nullable=False),
     pa.field("gated_mlp", pa.bool_(), nullable=False),
+    pa.field("flash_attention", pa.bool_(), nullable=False),
     pa.field("device_memory", pa.int64(), nullable=False),
 ]
 ESTIMATES = pa.schema(

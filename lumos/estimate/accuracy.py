@@ -48,6 +48,7 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
     from lumos.estimate.estimator import Estimator
     from lumos.estimate.fleet import Contention
     from lumos.estimate.op_fleet import calibrate_shapes
+    from lumos.estimate.working_set import WorkingSet
 
     jobs = corpus_jobs(corpus)
     if not any(j.name == base for j in jobs):
@@ -64,7 +65,8 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
         # being predicted
         held_out = [j.name] if j.name != base else []
         comm = CommModel.calibrate(wh, base, exclude=held_out)
-        gemms, ops = calibrate_shapes(wh, base, exclude=held_out)
+        ws = WorkingSet.calibrate(wh, base, exclude=held_out)
+        gemms, ops = calibrate_shapes(wh, base, exclude=held_out, job_scale=ws.job_scales())
         fleet = Estimator(
             est.tpl,
             est.base,
@@ -73,6 +75,7 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
             Contention.calibrate(wh, base, exclude=held_out, lockstep_jobs=comm.lockstep_jobs),
             gemms,
             ops,
+            ws,
         )
         m = measured(j)
         cfg = {k: m["config"][k] for k in CONFIG_KEYS if k in m["config"]}

@@ -2,7 +2,8 @@
 
 `ModelConfig` holds one training configuration: model shape (layers, hidden, ffn, heads, seq,
 vocab), batch (micro_batch, num_micro_batches), parallel degrees (dp, pp, tp, pp_schedule) and the
-memory-relevant choices (dtype_bytes, recompute, zero_stage, sequence_parallel, gated_mlp).
+memory-relevant choices (dtype_bytes, recompute, zero_stage, sequence_parallel, gated_mlp,
+flash_attention: a fused attention kernel that keeps no attention scores).
 `parse_overrides` turns `key=value` strings (`--base`, `--set`) into typed values, refusing unknown
 keys and bad values with a message that names the key, the value and where it came from.
 """
@@ -56,6 +57,7 @@ class ModelConfig:
     zero_stage: int = 0
     sequence_parallel: bool = False
     gated_mlp: bool = False
+    flash_attention: bool = False
     device_memory: int = 0
 
     @property

@@ -20,6 +20,7 @@ roles of `lumos.estimate.layers.ROLES`, the families ``gemm`` (all GEMMs), ``tok
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -37,7 +38,7 @@ from lumos.estimate.config import ConfigError, ModelConfig, parse_overrides
 from lumos.estimate.fleet import Contention
 from lumos.estimate.gemm_fleet import GemmCurve, role_gemms
 from lumos.estimate.layers import ROLE, ROLES, Template, extract_template, template_path
-from lumos.estimate.memory import estimate_memory
+from lumos.estimate.memory import MemoryEstimate, estimate_memory
 from lumos.estimate.op_fleet import OpTimes, calibrate_shapes
 from lumos.estimate.retime import (
     GEMM_ROLES,
@@ -67,11 +68,12 @@ from lumos.estimate.transforms import (
     durations,
     n_classes,
 )
+from lumos.estimate.working_set import WorkingSet
 
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 6
+CACHE_FORMAT = 8
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -170,6 +172,7 @@ class Estimator:
         contention: Contention | None = None,
         gemms: GemmCurve | None = None,
         ops: OpTimes | None = None,
+        working_set: WorkingSet | None = None,
     ):
         if base.pp != 1:
             base_notes = [
@@ -191,6 +194,8 @@ class Estimator:
         self._gemm_base = self._gemm_roles()
         self.ops = ops or OpTimes.from_dict(None)
         self._attn_ops = self._attention_ops()
+        self.working_set = working_set or WorkingSet.from_dict(None)
+        self._base_state = float(estimate_memory(base).memory_bytes)
         self._graphs: dict[Structure, EditedGraph] = {}
         self._compressed: dict[Structure, CompressedGraph] = {}
         # the roles the template has (interval and warnings look at these only)
@@ -244,7 +249,8 @@ class Estimator:
         contention = Contention.from_dict(c["contention"])
         gemms = GemmCurve.from_dict(c.get("gemms"))
         ops = OpTimes.from_dict(c.get("ops"))
-        return cls(tpl, base, comm, list(cached.get("warnings", [])), contention, gemms, ops)
+        ws = WorkingSet.from_dict(c.get("working_set"))
+        return cls(tpl, base, comm, list(cached.get("warnings", [])), contention, gemms, ops, ws)
 
     # --- per configuration arrays --------------------------------------------------------------
     def _coeffs(
@@ -280,7 +286,10 @@ class Estimator:
         sp = _speed_vector(speed, pp)
         # ranks sharing the device slow every CPU op (not the modelled collectives)
         cpu = np.ones(nc)
-        cpu[:N_ROLES] = cpu[[cls_opt(s) for s in range(pp)]] = self.cpu_scale(cfg)
+        # and a larger training state slows them too (caches: working_set.py)
+        cpu[:N_ROLES] = cpu[[cls_opt(s) for s in range(pp)]] = (
+            self.cpu_scale(cfg) * self._state_scale(cfg)[0]
+        )
         # the optimizer's per-call parts follow its parameter tensors, its per-element parts
         # (mult) its parameters
         calls = np.ones(nc)
@@ -369,6 +378,10 @@ class Estimator:
         scale, _ = self.contention.scale(*self._worlds(cfg))
         return round(scale, 4)
 
+    def _state_scale(self, cfg: ModelConfig) -> tuple[float, str | None]:
+        """Working-set slowdown of cfg's CPU work relative to the base's, and its warning."""
+        return self.working_set.scale(self._base_state, float(_memory(cfg).memory_bytes))
+
     def _worlds(self, cfg: ModelConfig) -> tuple[int, int, bool, bool]:
         """(base world, target world, base lock-step, target lock-step): TP ranks block on
         every linear's all-reduce, so they run in lock-step (fleet.Contention)."""
@@ -415,6 +428,9 @@ class Estimator:
         if _world(cfg) != _world(self.base) or (cfg.tp > 1) != (self.base.tp > 1):
             _, warn = self.contention.scale(*self._worlds(cfg))
             out += warn
+        _, warn = self._state_scale(cfg)
+        if warn:
+            out.append(warn)
         if cfg.layers > 4 * self.base.layers:
             out.append(f"layers {cfg.layers} more than 4x the base's {self.base.layers}")
         return out
@@ -471,7 +487,7 @@ class Estimator:
                     ratios[i], beyond[i] = c[3], c[4]
         out = []
         for i, cfg in enumerate(targets):
-            mem = estimate_memory(cfg)
+            mem = _memory(cfg)
             pred = int(makespan[i])
             out.append(
                 Prediction(
@@ -502,7 +518,7 @@ class Estimator:
         breakdown = {PHASES[p]: int(dur[on & (eg.phase == p)].sum()) for p in range(len(PHASES))}
         breakdown["idle"] = int(stage_end[crit] - sum(breakdown.values()))
         breakdown["critical_stage"] = crit
-        mem = estimate_memory(cfg)
+        mem = _memory(cfg)
         return Prediction(
             config=cfg,
             predicted_ns=pred,
@@ -523,6 +539,13 @@ class Estimator:
 # first) is capped at 1 MiB, the others at bucket_cap_mb = 25 MiB
 DDP_FIRST_BUCKET = 1 << 20
 DDP_BUCKET = 25 << 20
+
+
+@functools.lru_cache(maxsize=8192)
+def _memory(cfg: ModelConfig) -> MemoryEstimate:
+    """A configuration's memory, once: a sweep reads it for the working set, the result and the
+    warnings (read only)."""
+    return estimate_memory(cfg)
 
 
 def ddp_buckets(grad_bytes: float) -> tuple[float, float]:
@@ -572,7 +595,8 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
     inf = infer_base(wh, job)
     _write_json(folder / "base.json", {"config": inf.config.to_dict(), "warnings": inf.warnings})
     comm = CommModel.calibrate(wh, job)
-    gemms, ops = calibrate_shapes(wh, job)
+    ws = WorkingSet.calibrate(wh, job)
+    gemms, ops = calibrate_shapes(wh, job, job_scale=ws.job_scales())
     _write_json(
         folder / "comm.json",
         {
@@ -587,6 +611,7 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
             "contention": Contention.calibrate(wh, job, lockstep_jobs=comm.lockstep_jobs).to_dict(),
             "gemms": gemms.to_dict(),
             "ops": ops.to_dict(),
+            "working_set": ws.to_dict(),
             "manifest": stamp,
             "format": CACHE_FORMAT,
         },

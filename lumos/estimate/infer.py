@@ -173,6 +173,8 @@ _LAYOUTS = (
     ("flash_attn", "bshd"),
     ("fusedattn", "sbhd"),
 )
+# Attention kernels that never materialise the score matrix.
+_FUSED_ATTENTION = re.compile(r"flash_att|efficient_attention|cudnn_attention|fusedattn", re.I)
 # Prefer the outermost op of a nest (SDPA wraps _scaled_dot_product_flash_attention wraps
 # _flash_attention_forward): each layer then counts once.
 _ATTN_PRIORITY = (
@@ -719,6 +721,14 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
             f.set("recompute", "none", 0.6, "one attention forward per layer and micro-batch")
     else:
         f.default("recompute", "none", "no checkpoint marker")
+
+    # A fused attention kernel keeps no scores (memory's 5·a·s/h term): flash, memory-efficient,
+    # cuDNN or Transformer Engine's fused attention, whatever wraps it.
+    fused = sorted({str(r["name"]) for r in attn_rows if _FUSED_ATTENTION.search(str(r["name"]))})
+    if fused:
+        f.set("flash_attention", True, 0.8, f"fused attention kernel {fused[0]!r}")
+    else:
+        f.default("flash_attention", False, "no fused attention kernel: scores are stored")
 
     # ZeRO / FSDP sharding.
     fsdp = any("fullyshardeddataparallel" in str(r["name"]).lower() for r in names)

@@ -17,7 +17,9 @@ Model (a GPT decoder block: fused QKV with bias, attention-out, an MLP, two laye
   parallel: s·b·h·(10 + 24/t + 5·a·s/(h·t)), generalised the same way; with sequence parallel
   everything is divided by t. Selective recomputation drops the 5·a·s/h term; full recomputation
   keeps only each layer's 2·s·b·h input (/t with sequence parallel) plus one layer recomputed at
-  a time. Scaled by dtype_bytes / 2 for other precisions. The LM head's logits for the loss add
+  a time. A fused attention kernel (flash, memory-efficient: `flash_attention`) stores no scores
+  either, only its softmax statistics, so it drops the 5·a·s/h term as selective recomputation
+  does. Scaled by dtype_bytes / 2 for other precisions. The LM head's logits for the loss add
   4·s·b·v/t on the last stage.
 - micro-batches whose activations a stage holds: 1F1B up to min(pp − stage, m), GPipe all m.
 """
@@ -101,7 +103,7 @@ def layer_activation_bytes(cfg: ModelConfig) -> int:
         return sbh * 2 // (t if cfg.sequence_parallel else 1) * cfg.dtype_bytes // 2
     # Korthikanti et al.: 10 (per-rank-replicated) + 24 (split) with f = 4h; MLP 3 + 4f/h.
     split = 24 - 16 + 4 * f / h  # the f-dependent MLP part is split by tp
-    attn_sq = 0.0 if cfg.recompute == "selective" else 5 * a * s / h
+    attn_sq = 0.0 if cfg.recompute == "selective" or cfg.flash_attention else 5 * a * s / h
     if cfg.sequence_parallel or t == 1:
         per = sbh * (10 + split + attn_sq) / t
     else:

@@ -24,7 +24,7 @@ runs slower (working set), so the curves over-predicted a micro-batch x2 of the 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,9 +157,12 @@ class OpTimes:
         return float(attention_terms(shape) @ self._attn_coef[op_key(name)])
 
 
-def calibrate_shapes(wh: Any, job: str, exclude: Sequence[str] = ()) -> tuple[GemmCurve, OpTimes]:
+def calibrate_shapes(
+    wh: Any, job: str, exclude: Sequence[str] = (), job_scale: Mapping[str, float] | None = None
+) -> tuple[GemmCurve, OpTimes]:
     """The GEMM curve and the attention fits of `job`'s device from one read of the fleet's
-    op samples (jobs in `exclude` left out)."""
+    op samples (jobs in `exclude` left out), each job's times divided by its `job_scale`
+    (`WorkingSet.job_scales`: its state's slowdown against the base's)."""
     from lumos.estimate.fleet_sql import fleet_rows
 
     (rows,), why = fleet_rows(wh, ["op_samples"], job, exclude)
@@ -168,6 +171,8 @@ def calibrate_shapes(wh: Any, job: str, exclude: Sequence[str] = ()) -> tuple[Ge
             GemmCurve(notes=[f"GEMM times not learned ({why})"]),
             OpTimes(notes=[f"op times by shape not learned ({why})"]),
         )
+    if job_scale:
+        rows = [(n, d, j, c, m / job_scale.get(j, 1.0)) for n, d, j, c, m in rows]
     return GemmCurve.from_rows(rows), OpTimes.from_rows(rows)
 
 

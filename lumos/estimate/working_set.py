@@ -1,0 +1,147 @@
+"""What the warehouse's other jobs teach about the working set: bigger training state, slower ops.
+
+On a CPU, a rank's weights, gradients, optimizer moments and activations compete for the same
+caches, so an operator of identical name and input shapes runs slower in a job whose state is
+larger. On the corpus machine, against the 4-layer base: the 2-layer job's ops ran 6% faster and
+the 8-layer job's 4% slower (time-weighted); a hold-out 12-layer job ran the same GEMMs 11%
+slower. Re-timing by FLOPs and shapes cannot see this, and it was the largest error left on
+layer-count targets (the 2-layer job was over-predicted by 9%).
+
+The warehouse teaches it per device (`lumos_sql/estimate/job_speed.sql`): for each other job of
+the base's device and world size, the time-weighted ratio of its ops to the base's ops of the same
+(name, shapes), against the ratio of its per-rank state (`memory.estimate_memory` of its inferred
+configuration) to the base's. The slope of log speed on log state, through the origin and
+weighted by the share of the job's op time that matched, is `beta`: a target's CPU work is scaled
+by (state ratio) ** beta. The state ratio is clamped to the range the fleet covered (cache effects
+saturate; they are not extrapolated), with a warning. Larger state never makes ops faster, so a
+negative slope is taken as none. Without two jobs whose state differs from the base's by 10% or
+more, beta is 0 and the note says so. GPU jobs learn their own slope (near 0: HBM is not a cache).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# a job whose matched ops are less than this share of its op time speaks with that share as weight
+MIN_SHARE = 0.02
+# state ratios closer to 1 than this say nothing about the slope
+MIN_LOG_RATIO = math.log(1.1)
+# cache effects saturate: beyond this state ratio (either way) the slowdown is not extrapolated
+MAX_LOG_RATIO = math.log(4.0)
+# jobs read per calibration (the most matched first): each needs its configuration inferred
+MAX_JOBS = 32
+
+
+@dataclass
+class WorkingSet:
+    """Speed of CPU work against the per-rank training state, learned per device."""
+
+    beta: float = 0.0
+    # (job, log state ratio to the base, log speed ratio to the base, weight)
+    points: list[tuple[str, float, float, float]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def log_range(self) -> tuple[float, float]:
+        xs = [p[1] for p in self.points]
+        return (min(xs + [0.0]), max(xs + [0.0]))
+
+    def job_scales(self) -> dict[str, float]:
+        """Each fleet job's fitted slowdown against the base: dividing its op samples by it
+        leaves the shape curves (gemm_fleet, op_fleet) with the shape's effect alone, so that
+        the state's is not counted twice."""
+        return {job: math.exp(self.beta * x) for job, x, _, _ in self.points}
+
+    def scale(self, base_bytes: float, target_bytes: float) -> tuple[float, str | None]:
+        """(factor on the target's CPU op times, a warning when the state ratio is clamped)."""
+        if self.beta <= 0 or base_bytes <= 0 or target_bytes <= 0:
+            return 1.0, None
+        x = math.log(target_bytes / base_bytes)
+        lo, hi = self.log_range
+        warn = None
+        if x < lo - 1e-9 or x > hi + 1e-9:
+            warn = (
+                f"per-rank training state {math.exp(x):.2f}x the base's, beyond the "
+                f"{math.exp(lo):.2f}-{math.exp(hi):.2f}x the fleet measured: its slowdown is "
+                "extrapolated"
+            )
+            x = min(max(x, -MAX_LOG_RATIO), MAX_LOG_RATIO)
+        return math.exp(self.beta * x), warn
+
+    @classmethod
+    def fit(cls, points: Sequence[tuple[str, float, float, float]]) -> WorkingSet:
+        """Weighted least squares through the origin of log speed on log state."""
+        use = [p for p in points if abs(p[1]) >= MIN_LOG_RATIO and p[3] > 0]
+        if len(use) < 2:
+            return cls(
+                0.0,
+                list(points),
+                [
+                    "working-set slowdown not learned: the warehouse has fewer than two jobs on "
+                    "this device whose training state differs from the base's by 10% or more"
+                ],
+            )
+        sxy = sum(w * x * y for _, x, y, w in use)
+        sxx = sum(w * x * x for _, x, _, w in use)
+        beta = max(sxy / sxx, 0.0)
+        return cls(
+            beta,
+            list(points),
+            [
+                f"ops slow with the per-rank training state as state^{beta:.3f} "
+                f"(from {len(use)} job(s): {', '.join(p[0] for p in use)})"
+            ],
+        )
+
+    @classmethod
+    def from_rows(
+        cls, rows: Sequence[tuple[Any, ...]], state_bytes: dict[str, float], base_bytes: float
+    ) -> WorkingSet:
+        """From `job_speed.sql` rows (job, ratio, n_keys, share) and each job's state bytes."""
+        points = []
+        for job, ratio, _n, share in rows:
+            b = state_bytes.get(str(job))
+            if not ratio or ratio <= 0 or not b or share is None or base_bytes <= 0:
+                continue
+            w = max(float(share), MIN_SHARE)
+            points.append((str(job), math.log(b / base_bytes), math.log(float(ratio)), w))
+        return cls.fit(points)
+
+    @classmethod
+    def calibrate(cls, wh: Any, job: str, exclude: Sequence[str] = ()) -> WorkingSet:
+        """Learned from the warehouse's jobs on `job`'s device and world size, leaving out
+        `exclude`; each job's state comes from its inferred configuration."""
+        from lumos.estimate.config import ConfigError
+        from lumos.estimate.fleet_sql import fleet_rows
+        from lumos.estimate.infer import JobNotFound, infer_base
+        from lumos.estimate.memory import estimate_memory
+
+        (rows,), why = fleet_rows(wh, ["job_speed"], job, exclude)
+        if why:
+            return cls(notes=[f"working-set slowdown not learned ({why})"])
+        rows = sorted(rows, key=lambda r: -(r[3] or 0.0))[:MAX_JOBS]
+        state: dict[str, float] = {}
+        for j in [job] + [str(r[0]) for r in rows]:
+            try:
+                state[j] = float(estimate_memory(infer_base(wh, j).config).memory_bytes)
+            except (JobNotFound, ConfigError):
+                continue  # a job whose configuration cannot be inferred teaches nothing here
+        if job not in state:
+            return cls(notes=["working-set slowdown not learned: the base's state is unknown"])
+        return cls.from_rows(rows, state, state[job])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"beta": self.beta, "points": [list(p) for p in self.points], "notes": self.notes}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> WorkingSet:
+        if not d:
+            return cls(notes=["no working-set model cached"])
+        return cls(
+            float(d.get("beta", 0.0)),
+            [(str(p[0]), float(p[1]), float(p[2]), float(p[3])) for p in d.get("points", [])],
+            list(d.get("notes", [])),
+        )

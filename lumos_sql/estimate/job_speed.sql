@@ -1,0 +1,37 @@
+-- job_speed: how fast the same operators run in the warehouse's other jobs than in the base job,
+-- on the same device and world size (lumos/estimate/working_set.py). On a CPU the training state
+-- (weights, gradients, optimizer moments, activations) competes for the caches, so an op of
+-- identical name and input shapes runs slower in a job whose state is larger. Per other job: the
+-- time-weighted ratio of its ops' median durations to the base's medians of the same (name,
+-- shapes). Jobs named in $exclude are left out (accuracy checks predict a job without learning
+-- from it). Columns: job, ratio, matched op keys, matched time share of the job's op time.
+WITH jobs AS (
+    SELECT job, any_value(device) AS device, coalesce(max(world_size), 1) AS world
+    FROM traces
+    WHERE status = 'ok' AND (job = $job OR NOT list_contains($exclude, job))
+    GROUP BY job
+), ops AS (
+    SELECT e.job, e.name, e.input_dims AS dims, count(*) AS n, median(e.dur_ns) AS med
+    FROM events AS e
+    JOIN jobs AS j USING (job)
+    WHERE j.device = (SELECT device FROM jobs WHERE job = $job)
+      AND j.world = (SELECT world FROM jobs WHERE job = $job)
+      AND e.cat = 'cpu_op' AND e.ph = 'X' AND e.dur_ns > 0
+      -- only ops whose shapes are recorded: a name alone matches ops of other sizes
+      AND regexp_matches(coalesce(e.input_dims, ''), '[0-9]')
+      AND e.name NOT LIKE 'c10d::%' AND e.name NOT LIKE '%nccl%' AND e.name NOT LIKE 'gloo:%'
+    GROUP BY e.job, e.name, e.input_dims
+), base AS (
+    SELECT name, dims, med FROM ops WHERE job = $job
+), matched AS (
+    SELECT o.job, sum(o.n * o.med) AS t_job, sum(o.n * b.med) AS t_base, count(*) AS n_keys
+    FROM ops AS o JOIN base AS b USING (name, dims)
+    WHERE o.job <> $job
+    GROUP BY o.job
+), totals AS (
+    SELECT job, sum(n * med) AS t_all FROM ops GROUP BY job
+)
+SELECT m.job, m.t_job / m.t_base AS ratio, m.n_keys, m.t_job / t.t_all AS share
+FROM matched AS m JOIN totals AS t USING (job)
+WHERE m.t_base > 0
+ORDER BY m.job;
