@@ -112,3 +112,19 @@ def test_job_speed_on_the_corpus(corpus_wh):
     # the 2-layer job's state is smaller than the base's, the 8-layer's larger
     x = {p[0]: p[1] for p in ws.points}
     assert x["layers_x0.5"] < 0 < x["layers_x2"] < x["hidden_x2"]
+
+
+def test_gpu_jobs_teach_no_working_set(examples: Path, warehouse_dir: Path):
+    """Two real GPU jobs on the same device: their CPU ops are launches, so nothing is learned
+    (and nothing fails) even though the jobs share op shapes."""
+    from lumos.api import Warehouse
+    from lumos.estimate.fleet_sql import fleet_rows
+
+    wh = Warehouse.open(warehouse_dir, create=True)
+    src = sorted((examples / "dlrm_8rank").glob("*.json.gz"))
+    wh.ingest([str(src[0])], job="a")
+    wh.ingest([str(src[1])], job="b")
+    (rows,), why = fleet_rows(wh, ["job_speed"], "a")
+    assert why is None and rows == []
+    ws = WorkingSet.calibrate(wh, "a")
+    assert ws.beta == 0.0 and "not learned" in " ".join(ws.notes)

@@ -15,7 +15,9 @@ weighted by the share of the job's op time that matched, is `beta`: a target's C
 by (state ratio) ** beta. The state ratio is clamped to the range the fleet covered (cache effects
 saturate; they are not extrapolated), with a warning. Larger state never makes ops faster, so a
 negative slope is taken as none. Without two jobs whose state differs from the base's by 10% or
-more, beta is 0 and the note says so. GPU jobs learn their own slope (near 0: HBM is not a cache).
+more, beta is 0 and the note says so. Only CPU devices learn it: a GPU trace's CPU ops are
+kernel launches, whose time the training state does not change (the kernels are not in the
+template).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ WITH jobs AS (
     SELECT e.job, e.name, e.input_dims AS dims, count(*) AS n, median(e.dur_ns) AS med
     FROM events AS e
     JOIN jobs AS j USING (job)
-    WHERE j.device = (SELECT device FROM jobs WHERE job = $job)
+    -- CPU devices only: a GPU trace's CPU op is the launch, which the state does not slow
+    WHERE j.device = (SELECT device FROM jobs WHERE job = $job) AND j.device = 'cpu'
       AND j.world = (SELECT world FROM jobs WHERE job = $job)
       AND e.cat = 'cpu_op' AND e.ph = 'X' AND e.dur_ns > 0
       -- only ops whose shapes are recorded: a name alone matches ops of other sizes
