@@ -346,7 +346,8 @@ class Estimator:
         fitted every one of them; else None (the roofline split of `attention_ratio` applies)."""
         idx = np.flatnonzero(self.tpl.role == ROLE["attn"])
         var = float(self.var[idx].sum())
-        if idx.size == 0 or var <= 0:
+        # a template built without op names (bench/sweep.py's synthetic one) has nothing to match
+        if idx.size == 0 or var <= 0 or len(self.tpl.names) != len(self.tpl.role):
             return None
         traced: dict[str, float] = {}
         for i in idx:
