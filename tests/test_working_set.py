@@ -29,6 +29,9 @@ def test_fit_is_weighted_least_squares_through_the_origin():
     # every point is kept (job_scales of the fleet's jobs), the fit used the two that moved
     assert ws.job_scales()["big"] == pytest.approx(2**want)
     assert ws.job_scales()["same"] == pytest.approx(1.0)
+    # the interval's spread: how far whole well-matched jobs strayed from the fit
+    assert ws.spread == pytest.approx((0.92, 1.10 / 2**want))
+    assert WorkingSet.from_dict(ws.to_dict()).spread == pytest.approx(ws.spread)
 
 
 def test_too_few_jobs_or_a_negative_slope_teach_nothing():
@@ -59,6 +62,9 @@ def test_from_rows_and_round_trip():
     ws = WorkingSet.from_rows(rows, state, 100.0)
     assert [p[0] for p in ws.points] == ["a", "b"]  # c: no ratio, d: no state
     assert ws.points[1][3] == pytest.approx(0.02)  # a tiny share still speaks, a little
+    # ... but not for the spread: only a's residual counts (b matched on 0.1% of its time)
+    r = 1.1 / 2**ws.beta
+    assert ws.spread == pytest.approx((min(r, 1.0), max(r, 1.0)))
     back = WorkingSet.from_dict(ws.to_dict())
     assert back.beta == pytest.approx(ws.beta) and back.points == ws.points
     assert WorkingSet.from_dict(None).beta == 0.0

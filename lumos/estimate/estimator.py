@@ -11,7 +11,8 @@ schedule and returns the breakdown.
 Interval: the base run's own step spread (min/median and max/median of its traced steps), widened
 by 5% per doubling of the shape ratios applied to the roles that make up the prediction, and, when
 the world size changes, by the spread of the contention the fleet's jobs showed
-(`lumos.estimate.fleet`).
+(`lumos.estimate.fleet`), and by how far the fleet's whole jobs ran from the speed their training
+state predicts (`lumos.estimate.working_set`: recording noise the base's own steps cannot show).
 
 Speed-ups: ``speedup.<class>=N`` divides the durations of that class by N; classes are the
 roles of `lumos.estimate.layers.ROLES`, the families ``gemm`` (all GEMMs), ``token``
@@ -73,7 +74,7 @@ from lumos.estimate.working_set import WorkingSet
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 8
+CACHE_FORMAT = 9
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -442,8 +443,10 @@ class Estimator:
         widen = 0.05 * float(np.max(np.abs(np.log2(r)))) if r.size else 0.0
         # contention varies between the fleet's jobs of one world size: so may the target's
         c_lo, c_hi = self.contention.spread(*self._worlds(cfg))
-        lo = pred * self.spread[0] * c_lo * (1 - min(widen, 0.5))
-        hi = pred * self.spread[1] * c_hi * (1 + widen)
+        # and whole jobs of the fleet ran faster or slower than their state says
+        w_lo, w_hi = self.working_set.spread
+        lo = pred * self.spread[0] * c_lo * w_lo * (1 - min(widen, 0.5))
+        hi = pred * self.spread[1] * c_hi * w_hi * (1 + widen)
         return int(math.floor(min(lo, pred))), int(math.ceil(max(hi, pred)))
 
     # --- predictions ---------------------------------------------------------------------------

@@ -33,6 +33,9 @@ MIN_SHARE = 0.02
 MIN_LOG_RATIO = math.log(1.1)
 # cache effects saturate: beyond this state ratio (either way) the slowdown is not extrapolated
 MAX_LOG_RATIO = math.log(4.0)
+# jobs whose matched ops are at least this share of their op time show how much a whole job's
+# speed strays from the fit (the interval's spread); jobs matched on a few small ops do not
+MIN_SPREAD_SHARE = 0.5
 # jobs read per calibration (the most matched first): each needs its configuration inferred
 MAX_JOBS = 32
 
@@ -45,6 +48,9 @@ class WorkingSet:
     # (job, log state ratio to the base, log speed ratio to the base, weight)
     points: list[tuple[str, float, float, float]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # (low, high) of exp(residual) of the well-matched jobs: how far a whole job's op speed
+    # strayed from the fit (recording noise, drift within a day); 1 inside each
+    spread: tuple[float, float] = (1.0, 1.0)
 
     @property
     def log_range(self) -> tuple[float, float]:
@@ -85,6 +91,7 @@ class WorkingSet:
                     "working-set slowdown not learned: the warehouse has fewer than two jobs on "
                     "this device whose training state differs from the base's by 10% or more"
                 ],
+                _spread(points, 0.0),
             )
         sxy = sum(w * x * y for _, x, y, w in use)
         sxx = sum(w * x * x for _, x, _, w in use)
@@ -96,6 +103,7 @@ class WorkingSet:
                 f"ops slow with the per-rank training state as state^{beta:.3f} "
                 f"(from {len(use)} job(s): {', '.join(p[0] for p in use)})"
             ],
+            _spread(points, beta),
         )
 
     @classmethod
@@ -136,7 +144,12 @@ class WorkingSet:
         return cls.from_rows(rows, state, state[job])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"beta": self.beta, "points": [list(p) for p in self.points], "notes": self.notes}
+        return {
+            "beta": self.beta,
+            "points": [list(p) for p in self.points],
+            "notes": self.notes,
+            "spread": list(self.spread),
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> WorkingSet:
@@ -146,4 +159,12 @@ class WorkingSet:
             float(d.get("beta", 0.0)),
             [(str(p[0]), float(p[1]), float(p[2]), float(p[3])) for p in d.get("points", [])],
             list(d.get("notes", [])),
+            tuple(float(x) for x in d.get("spread", (1.0, 1.0))),
         )
+
+
+def _spread(points: Sequence[tuple[str, float, float, float]], beta: float) -> tuple[float, float]:
+    """(low, high) of exp(log speed - beta * log state) over the jobs matched on at least
+    MIN_SPREAD_SHARE of their op time, widened to include 1."""
+    res = [math.exp(y - beta * x) for _, x, y, w in points if w >= MIN_SPREAD_SHARE]
+    return min(res + [1.0]), max(res + [1.0])
