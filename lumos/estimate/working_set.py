@@ -124,9 +124,8 @@ class WorkingSet:
     def calibrate(cls, wh: Any, job: str, exclude: Sequence[str] = ()) -> WorkingSet:
         """Learned from the warehouse's jobs on `job`'s device and world size, leaving out
         `exclude`; each job's state comes from its inferred configuration."""
-        from lumos.estimate.config import ConfigError
         from lumos.estimate.fleet_sql import fleet_rows
-        from lumos.estimate.infer import JobNotFound, infer_base
+        from lumos.estimate.infer import infer_base
         from lumos.estimate.memory import estimate_memory
 
         (rows,), why = fleet_rows(wh, ["job_speed"], job, exclude)
@@ -137,7 +136,7 @@ class WorkingSet:
         for j in [job] + [str(r[0]) for r in rows]:
             try:
                 state[j] = float(estimate_memory(infer_base(wh, j).config).memory_bytes)
-            except (JobNotFound, ConfigError):
+            except (LookupError, ValueError):  # JobNotFound, ConfigError, unparsable shapes
                 continue  # a job whose configuration cannot be inferred teaches nothing here
         if job not in state:
             return cls(notes=["working-set slowdown not learned: the base's state is unknown"])
