@@ -60,12 +60,13 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
         wh.ingest([str(j)], job=j.name)
     est = Estimator.open(warehouse, base)
     rows = []
+    states: dict[str, float | None] = {}  # each job's inferred state, once for every held-out run
     for j in jobs:
         # what the fleet teaches (collective costs, contention) is learned without the run
         # being predicted
         held_out = [j.name] if j.name != base else []
         comm = CommModel.calibrate(wh, base, exclude=held_out)
-        ws = WorkingSet.calibrate(wh, base, exclude=held_out)
+        ws = WorkingSet.calibrate(wh, base, exclude=held_out, states=states)
         gemms, ops = calibrate_shapes(wh, base, exclude=held_out, job_scale=ws.job_scales())
         fleet = Estimator(
             est.tpl,

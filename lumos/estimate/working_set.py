@@ -121,26 +121,30 @@ class WorkingSet:
         return cls.fit(points)
 
     @classmethod
-    def calibrate(cls, wh: Any, job: str, exclude: Sequence[str] = ()) -> WorkingSet:
+    def calibrate(
+        cls,
+        wh: Any,
+        job: str,
+        exclude: Sequence[str] = (),
+        states: dict[str, float | None] | None = None,
+    ) -> WorkingSet:
         """Learned from the warehouse's jobs on `job`'s device and world size, leaving out
-        `exclude`; each job's state comes from its inferred configuration."""
+        `exclude`; each job's state comes from its inferred configuration. `states` memoises
+        those (None: not inferable) across calls, e.g. one per held-out job of an accuracy check."""
         from lumos.estimate.fleet_sql import fleet_rows
-        from lumos.estimate.infer import infer_base
-        from lumos.estimate.memory import estimate_memory
 
         (rows,), why = fleet_rows(wh, ["job_speed"], job, exclude)
         if why:
             return cls(notes=[f"working-set slowdown not learned ({why})"])
         rows = sorted(rows, key=lambda r: -(r[3] or 0.0))[:MAX_JOBS]
-        state: dict[str, float] = {}
+        states = {} if states is None else states
         for j in [job] + [str(r[0]) for r in rows]:
-            try:
-                state[j] = float(estimate_memory(infer_base(wh, j).config).memory_bytes)
-            except (LookupError, ValueError):  # JobNotFound, ConfigError, unparsable shapes
-                continue  # a job whose configuration cannot be inferred teaches nothing here
-        if job not in state:
+            if j not in states:
+                states[j] = _state_bytes(wh, j)
+        known = {j: b for j, b in states.items() if b is not None}
+        if job not in known:
             return cls(notes=["working-set slowdown not learned: the base's state is unknown"])
-        return cls.from_rows(rows, state, state[job])
+        return cls.from_rows(rows, known, known[job])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -160,6 +164,18 @@ class WorkingSet:
             list(d.get("notes", [])),
             tuple(float(x) for x in d.get("spread", (1.0, 1.0))),
         )
+
+
+def _state_bytes(wh: Any, job: str) -> float | None:
+    """Per-rank training state of `job`'s inferred configuration; None when it cannot be
+    inferred (such a job teaches nothing here)."""
+    from lumos.estimate.infer import infer_base
+    from lumos.estimate.memory import estimate_memory
+
+    try:
+        return float(estimate_memory(infer_base(wh, job).config).memory_bytes)
+    except (LookupError, ValueError):  # JobNotFound, ConfigError, unparsable shapes
+        return None
 
 
 def _spread(points: Sequence[tuple[str, float, float, float]], beta: float) -> tuple[float, float]:
