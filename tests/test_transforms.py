@@ -239,9 +239,33 @@ def test_compressed_graph_keeps_the_makespan_exactly():
         mult = rng.uniform(0.1, 5.0, (16, nc))
         add = rng.uniform(0, 3_000, (16, nc))
         fs = rng.uniform(0.25, 1.0, (16, nc))
-        full = replay_sweep(eg.graph, durations(eg, fixed, var, mult, add, fs), parallel=False)
-        merged = replay_sweep(cg.graph, cg.durations(fixed, var, mult, add, fs), parallel=False)
-        np.testing.assert_array_equal(merged, full)
+        # and the idle gaps lengthened (or shortened) per configuration, as idle_gaps.py does
+        gs = rng.uniform(-0.5, 1.5, 16)
+        for g in (None, gs):
+            full = replay_sweep(
+                eg.graph, durations(eg, fixed, var, mult, add, fs, g), parallel=False
+            )
+            merged = replay_sweep(
+                cg.graph, cg.durations(fixed, var, mult, add, fs, g), parallel=False
+            )
+            np.testing.assert_array_equal(merged, full)
+
+
+def test_gap_scale_lengthens_every_gap_by_hand():
+    """`gscale` 0.5: every task carries half the idle gap traced before it; with a single
+    chain the makespan grows by half the template's gaps (the end's included)."""
+    tpl = _template()
+    tpl.gap_ns[:] = 4
+    s = Structure(layers=2)
+    eg = build(tpl, s)
+    nc = n_classes(1)
+    one, half = np.ones((1, nc)), np.array([0.5])
+    zero = np.zeros(tpl.n, np.int64)
+    plain = durations(eg, zero, tpl.dur_ns, one, np.zeros((1, nc)))[0]
+    longer = durations(eg, zero, tpl.dur_ns, one, np.zeros((1, nc)), gscale=half)[0]
+    np.testing.assert_array_equal(longer - plain, eg.graph.delay_ns // 2)
+    base_end = chain_replay(eg.graph, plain)[1].max()
+    assert chain_replay(eg.graph, longer)[1].max() == base_end + eg.graph.delay_ns.sum() // 2
 
 
 def test_optimizer_gaps_follow_the_parameter_tensors():

@@ -1,5 +1,6 @@
-"""The working-set model (lumos/estimate/working_set.py): the fit, the scale and its limits, by
-hand; the fleet query on the real corpus against a recomputation from its events."""
+"""The working-set model (lumos/estimate/working_set.py) and the idle-gap model
+(lumos/estimate/idle_gaps.py): the fits, the scales and their limits, by hand; the fleet queries
+on the real corpus against recomputations from its events."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from lumos.estimate.idle_gaps import IdleGaps
 from lumos.estimate.working_set import MAX_LOG_RATIO, WorkingSet
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
@@ -78,7 +80,7 @@ def corpus_wh(tmp_path_factory) -> Path:
     wh = tmp_path_factory.mktemp("ws") / "wh"
     w = Warehouse.open(wh, create=True)
     for job in corpus_jobs(CORPUS):
-        if job.name in ("base", "layers_x0.5", "layers_x2", "hidden_x2", "dp2"):
+        if job.name in ("base", "layers_x0.5", "layers_x2", "hidden_x2", "micro_batch_x2", "dp2"):
             w.ingest([str(job)], job=job.name)
     return wh
 
@@ -96,7 +98,7 @@ def test_job_speed_on_the_corpus(corpus_wh):
     (rows,), why = fleet_rows(wh, ["job_speed"], "base")
     assert why is None
     got = {r[0]: r[1] for r in rows}
-    assert set(got) == {"layers_x0.5", "layers_x2", "hidden_x2"}
+    assert set(got) == {"layers_x0.5", "layers_x2", "hidden_x2", "micro_batch_x2"}
     con = duckdb.connect(str(wh.catalog), read_only=True)
     ev = con.execute(
         "SELECT job, name, input_dims, dur_ns FROM events WHERE cat = 'cpu_op' AND ph = 'X' "
@@ -134,3 +136,80 @@ def test_gpu_jobs_teach_no_working_set(examples: Path, warehouse_dir: Path):
     assert why is None and rows == []
     ws = WorkingSet.calibrate(wh, "a")
     assert ws.beta == 0.0 and "not learned" in " ".join(ws.notes)
+
+
+def test_idle_gap_fit_and_scale_by_hand():
+    # activations x2 -> gaps x1.3 (weight 1), x0.5 -> x0.9 (weight 1); a layers-only job (no
+    # change of activations) has no say
+    pts = [
+        ("big", math.log(2), math.log(1.3), 1.0),
+        ("small", math.log(0.5), math.log(0.9), 1.0),
+        ("layers", 0.0, math.log(1.1), 1.0),
+    ]
+    g = IdleGaps.fit(pts)
+    l2 = math.log(2)
+    want = (l2 * math.log(1.3) - l2 * math.log(0.9)) / (2 * l2 * l2)
+    assert g.gamma == pytest.approx(want)
+    assert "big" in g.notes[0] and "layers" not in g.notes[0]
+    f, warn = g.scale(100.0, 150.0)
+    assert f == pytest.approx(1.5**want) and warn is None
+    f, warn = g.scale(100.0, 1000.0)  # beyond the fleet's 2x: clamped at 4x, and said
+    assert f == pytest.approx(math.exp(want * MAX_LOG_RATIO)) and "extrapolated" in warn
+    back = IdleGaps.from_dict(g.to_dict())
+    assert back.gamma == pytest.approx(g.gamma) and back.points == g.points
+    # one job that moved, or gaps that shrink with size, teach nothing
+    assert IdleGaps.fit(pts[:1] + pts[2:]).gamma == 0.0
+    shrink = IdleGaps.fit([("a", l2, -0.1, 1.0), ("b", -l2, 0.1, 1.0)])
+    assert shrink.gamma == 0.0 and shrink.scale(1.0, 2.0) == (1.0, None)
+    assert IdleGaps.from_dict(None).scale(1.0, 2.0) == (1.0, None)
+
+
+def test_job_gaps_on_the_corpus(corpus_wh):
+    """job_gaps.sql against the same ratio recomputed from the events with pandas: the gaps
+    between top-level ops inside each ProfilerStep, per op name; larger activations (hidden x2,
+    micro-batch x2) lengthen them, and the fitted slope says so."""
+    import duckdb
+    import pandas as pd
+
+    from lumos.api import Warehouse
+    from lumos.estimate.fleet_sql import fleet_rows
+
+    wh = Warehouse.open(corpus_wh)
+    (rows,), why = fleet_rows(wh, ["job_gaps"], "base")
+    assert why is None
+    got = {r[0]: r[1] for r in rows}
+    assert set(got) == {"layers_x0.5", "layers_x2", "hidden_x2", "micro_batch_x2"}
+    con = duckdb.connect(str(wh.catalog), read_only=True)
+    ev = con.execute(
+        "SELECT job, rank, tid, event_idx, cat, name, ts_ns, dur_ns FROM events "
+        "WHERE ph = 'X' AND job IN ('base', 'hidden_x2', 'layers_x2') "
+        "AND (cat = 'cpu_op' OR (cat = 'user_annotation' AND name LIKE 'ProfilerStep#%'))"
+    ).df()
+    con.close()
+    med = {}
+    for (job, rank, _tid), g in ev[ev.cat == "cpu_op"].groupby(["job", "rank", "tid"]):
+        g = g.sort_values(["ts_ns", "event_idx"])
+        end = (g.ts_ns + g.dur_ns).to_numpy()
+        prev_max = pd.Series(end).cummax().shift(1).to_numpy()
+        top = g[(g.ts_ns.to_numpy() >= prev_max) | pd.isna(prev_max)].copy()
+        steps = ev[(ev.cat == "user_annotation") & (ev.job == job) & (ev["rank"] == rank)]
+        top["step"] = -1
+        for s0, d in zip(steps.ts_ns, steps.dur_ns, strict=True):
+            top.loc[(top.ts_ns >= s0) & (top.ts_ns < s0 + d), "step"] = s0
+        top = top[top.step >= 0]
+        top["gap"] = top.ts_ns - (top.ts_ns + top.dur_ns).groupby(top.step).shift(1)
+        med.setdefault(job, []).append(top[["name", "gap"]].dropna())
+    per = {j: pd.concat(v).query("gap >= 0").groupby("name").gap for j, v in med.items()}
+    base_n, base_med = per["base"].count(), per["base"].median()
+    for job in ("hidden_x2", "layers_x2"):
+        m = per[job].median()
+        common = base_med.index.intersection(m.index)
+        want = (base_n[common] * m[common]).sum() / (base_n[common] * base_med[common]).sum()
+        assert got[job] == pytest.approx(want, rel=1e-9), job
+    assert got["hidden_x2"] > got["layers_x2"] > got["layers_x0.5"]
+    g = IdleGaps.calibrate(wh, "base")
+    assert 0.0 < g.gamma < 1.0, g.notes
+    x = {p[0]: p[1] for p in g.points}
+    assert x["layers_x2"] == 0.0 and x["hidden_x2"] == x["micro_batch_x2"] == pytest.approx(
+        math.log(2)
+    )

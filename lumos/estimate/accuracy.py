@@ -47,6 +47,7 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
     from lumos.estimate.comm import CommModel
     from lumos.estimate.estimator import Estimator
     from lumos.estimate.fleet import Contention
+    from lumos.estimate.idle_gaps import IdleGaps
     from lumos.estimate.op_fleet import calibrate_shapes
     from lumos.estimate.working_set import WorkingSet
 
@@ -60,13 +61,15 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
         wh.ingest([str(j)], job=j.name)
     est = Estimator.open(warehouse, base)
     rows = []
-    states: dict[str, float | None] = {}  # each job's inferred state, once for every held-out run
+    # each job's inferred state, once for every held-out run
+    states: dict[str, tuple[float, float] | None] = {}
     for j in jobs:
         # what the fleet teaches (collective costs, contention) is learned without the run
         # being predicted
         held_out = [j.name] if j.name != base else []
         comm = CommModel.calibrate(wh, base, exclude=held_out)
         ws = WorkingSet.calibrate(wh, base, exclude=held_out, states=states)
+        gaps = IdleGaps.calibrate(wh, base, exclude=held_out, states=states)
         gemms, ops = calibrate_shapes(wh, base, exclude=held_out, job_scale=ws.job_scales())
         fleet = Estimator(
             est.tpl,
@@ -77,6 +80,7 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
             gemms,
             ops,
             ws,
+            gaps,
         )
         m = measured(j)
         cfg = {k: m["config"][k] for k in CONFIG_KEYS if k in m["config"]}

@@ -43,6 +43,7 @@ class CompressedGraph:
     run_of: np.ndarray  # (n,) run of every task of the edited graph
     unit_tpl: np.ndarray  # (U,) template op of each duration unit (-1: a new task)
     unit_cls: np.ndarray  # (U,) its duration class
+    unit_delay: np.ndarray  # (U,) its tasks' idle gap before them (what `gscale` lengthens)
     sig_ptr: np.ndarray  # (S+1,) CSR over signatures into sig_unit / sig_count
     sig_unit: np.ndarray
     sig_count: np.ndarray  # float64: multiplies float durations in the sums
@@ -60,6 +61,7 @@ class CompressedGraph:
         mult: np.ndarray,
         add: np.ndarray,
         fscale: np.ndarray | None = None,
+        gscale: np.ndarray | None = None,
     ) -> np.ndarray:
         """(C, runs) int64: the sum over each run of `transforms.durations` of its tasks."""
         t = self.unit_tpl
@@ -69,7 +71,10 @@ class CompressedGraph:
         k = self.unit_cls
         fs = 1.0 if fscale is None else fscale[:, k]
         # the same float expression and rounding as transforms.durations, task by task
-        unit = np.maximum(np.rint(f[None, :] * fs + v[None, :] * mult[:, k] + add[:, k]), 0)
+        out = f[None, :] * fs + v[None, :] * mult[:, k] + add[:, k]
+        if gscale is not None:
+            out = out + self.unit_delay.astype(np.float64)[None, :] * gscale[:, None]
+        unit = np.maximum(np.rint(out), 0)
         terms = unit[:, self.sig_unit] * self.sig_count[None, :]
         sig = np.add.reduceat(terms, self.sig_ptr[:-1], axis=1)
         out = sig[:, self.run_sig] + self.extra_ns[None, :]
@@ -127,13 +132,14 @@ def compress(eg: EditedGraph) -> CompressedGraph:
         source=f"{g.source} (runs merged)",
     )
 
-    # units: (template op, class) pairs, numbered through a presence table (no sort)
+    # units: (template op, class, delay) triples: tasks alike in all three always get the same
+    # duration, whatever the configuration's idle-gap scale
     n_cls = int(eg.cls.max()) + 1 if eg.cls.size else 1
-    key = (eg.tpl_idx + 1) * n_cls + eg.cls
-    present = np.zeros(int(key.max()) + 1 if key.size else 1, bool)
-    present[key] = True
-    ukey = np.flatnonzero(present)
-    unit_of = (np.cumsum(present) - 1)[key]
+    delays, delay_of = np.unique(g.delay_ns, return_inverse=True)
+    key = ((eg.tpl_idx + 1) * n_cls + eg.cls) * delays.size + delay_of.reshape(-1)
+    ukeys, unit_of = np.unique(key, return_inverse=True)
+    unit_of = unit_of.reshape(-1)
+    ukey, unit_delay = ukeys // delays.size, delays[ukeys % delays.size]
     n_units = ukey.size
     # signatures: multisets of units ((run, unit) pairs counted)
     pair, count = np.unique(run_of * n_units + unit_of, return_counts=True)
@@ -158,6 +164,7 @@ def compress(eg: EditedGraph) -> CompressedGraph:
         run_of=run_of,
         unit_tpl=ukey // n_cls - 1,
         unit_cls=ukey % n_cls,
+        unit_delay=unit_delay.astype(np.int64),
         sig_ptr=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
         sig_unit=np.concatenate(sig_unit).astype(np.int64),
         sig_count=np.concatenate(sig_count).astype(np.float64),

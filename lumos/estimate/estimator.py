@@ -38,6 +38,7 @@ from lumos.estimate.compress import CompressedGraph, compress
 from lumos.estimate.config import ConfigError, ModelConfig, parse_overrides
 from lumos.estimate.fleet import Contention
 from lumos.estimate.gemm_fleet import GemmCurve, role_gemms
+from lumos.estimate.idle_gaps import IdleGaps
 from lumos.estimate.layers import ROLE, ROLES, Template, extract_template, template_path
 from lumos.estimate.memory import MemoryEstimate, estimate_memory
 from lumos.estimate.op_fleet import OpTimes, calibrate_shapes
@@ -69,12 +70,12 @@ from lumos.estimate.transforms import (
     durations,
     n_classes,
 )
-from lumos.estimate.working_set import WorkingSet
+from lumos.estimate.working_set import WorkingSet, state_of
 
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 9
+CACHE_FORMAT = 11
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -174,6 +175,7 @@ class Estimator:
         gemms: GemmCurve | None = None,
         ops: OpTimes | None = None,
         working_set: WorkingSet | None = None,
+        gaps: IdleGaps | None = None,
     ):
         if base.pp != 1:
             base_notes = [
@@ -196,7 +198,8 @@ class Estimator:
         self.ops = ops or OpTimes.from_dict(None)
         self._attn_ops = self._attention_ops()
         self.working_set = working_set or WorkingSet.from_dict(None)
-        self._base_state = float(estimate_memory(base).memory_bytes)
+        self.gaps = gaps or IdleGaps.from_dict(None)
+        self._base_state = state_of(base)
         self._graphs: dict[Structure, EditedGraph] = {}
         self._compressed: dict[Structure, CompressedGraph] = {}
         # the roles the template has (interval and warnings look at these only)
@@ -251,7 +254,10 @@ class Estimator:
         gemms = GemmCurve.from_dict(c.get("gemms"))
         ops = OpTimes.from_dict(c.get("ops"))
         ws = WorkingSet.from_dict(c.get("working_set"))
-        return cls(tpl, base, comm, list(cached.get("warnings", [])), contention, gemms, ops, ws)
+        gaps = IdleGaps.from_dict(c.get("gaps"))
+        return cls(
+            tpl, base, comm, list(cached.get("warnings", [])), contention, gemms, ops, ws, gaps
+        )
 
     # --- per configuration arrays --------------------------------------------------------------
     def _coeffs(
@@ -382,7 +388,11 @@ class Estimator:
 
     def _state_scale(self, cfg: ModelConfig) -> tuple[float, str | None]:
         """Working-set slowdown of cfg's CPU work relative to the base's, and its warning."""
-        return self.working_set.scale(self._base_state, float(_memory(cfg).memory_bytes))
+        return self.working_set.scale(self._base_state[0], float(_memory(cfg).memory_bytes))
+
+    def _gap_scale(self, cfg: ModelConfig) -> tuple[float, str | None]:
+        """Scale of the template's idle gaps for cfg (idle_gaps.py), and its warning."""
+        return self.gaps.scale(self._base_state[1], state_of(cfg, _memory(cfg).memory_bytes)[1])
 
     def _worlds(self, cfg: ModelConfig) -> tuple[int, int, bool, bool]:
         """(base world, target world, base lock-step, target lock-step): TP ranks block on
@@ -430,9 +440,10 @@ class Estimator:
         if _world(cfg) != _world(self.base) or (cfg.tp > 1) != (self.base.tp > 1):
             _, warn = self.contention.scale(*self._worlds(cfg))
             out += warn
-        _, warn = self._state_scale(cfg)
-        if warn:
-            out.append(warn)
+        for scale in (self._state_scale, self._gap_scale):
+            _, warn = scale(cfg)
+            if warn:
+                out.append(warn)
         if cfg.layers > 4 * self.base.layers:
             out.append(f"layers {cfg.layers} more than 4x the base's {self.base.layers}")
         return out
@@ -482,10 +493,11 @@ class Estimator:
                 mult = np.stack([c[0] for c in co])
                 add = np.stack([c[1] for c in co])
                 fs = np.stack([c[2] for c in co])
+                gs = np.array([self._gap_scale(targets[i])[0] - 1.0 for i in part])
                 if merge:
-                    dur = eg.durations(self.fixed, self.var, mult, add, fs)
+                    dur = eg.durations(self.fixed, self.var, mult, add, fs, gs)
                 else:
-                    dur = durations(eg, self.fixed, self.var, mult, add, fs)
+                    dur = durations(eg, self.fixed, self.var, mult, add, fs, gs)
                 makespan[part] = replay_sweep(eg.graph, dur, parallel=parallel)
                 for i, c in zip(part, co, strict=True):
                     ratios[i], beyond[i] = c[3], c[4]
@@ -513,7 +525,8 @@ class Estimator:
         s = self.structure(cfg)
         eg = self.graph(s)
         mult, add, fs, ratio, beyond = self._coeffs(cfg, speedup or {})
-        dur = durations(eg, self.fixed, self.var, mult[None], add[None], fs[None])[0]
+        gs = np.array([self._gap_scale(cfg)[0] - 1.0])
+        dur = durations(eg, self.fixed, self.var, mult[None], add[None], fs[None], gs)[0]
         _, end = chain_replay(eg.graph, dur)
         pred = int(end.max()) if end.size else 0
         stage_end = np.array([end[eg.stage == st].max() for st in range(s.pp)], dtype=np.int64)
@@ -599,7 +612,9 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
     inf = infer_base(wh, job)
     _write_json(folder / "base.json", {"config": inf.config.to_dict(), "warnings": inf.warnings})
     comm = CommModel.calibrate(wh, job)
-    ws = WorkingSet.calibrate(wh, job)
+    states: dict[str, tuple[float, float] | None] = {}
+    ws = WorkingSet.calibrate(wh, job, states=states)
+    gaps = IdleGaps.calibrate(wh, job, states=states)
     gemms, ops = calibrate_shapes(wh, job, job_scale=ws.job_scales())
     _write_json(
         folder / "comm.json",
@@ -616,6 +631,7 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
             "gemms": gemms.to_dict(),
             "ops": ops.to_dict(),
             "working_set": ws.to_dict(),
+            "gaps": gaps.to_dict(),
             "manifest": stamp,
             "format": CACHE_FORMAT,
         },

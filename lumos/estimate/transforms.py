@@ -374,11 +374,15 @@ def durations(
     mult: np.ndarray,
     add: np.ndarray,
     fscale: np.ndarray | None = None,
+    gscale: np.ndarray | None = None,
 ) -> np.ndarray:
     """Task durations for C configurations:
-    ``fixed * fscale[c, cls] + var * mult[c, cls] + add[c, cls]``.
+    ``fixed * fscale[c, cls] + var * mult[c, cls] + add[c, cls] + delay * gscale[c]``.
 
-    ``fixed``/``var`` are per template op; ``mult``/``add``/``fscale`` are (C, n_classes(pp)).
+    ``fixed``/``var`` are per template op; ``mult``/``add``/``fscale`` are (C, n_classes(pp));
+    ``gscale`` (C,) lengthens the idle gap before each task by that share of its traced delay
+    (`idle_gaps`): the gap's change is carried by the task after it, which ends at the same
+    moment either way.
     """
     t = eg.tpl_idx
     has = t >= 0
@@ -386,4 +390,6 @@ def durations(
     v = np.where(has, var[np.maximum(t, 0)], 0).astype(np.float64)
     fs = 1.0 if fscale is None else fscale[:, eg.cls]
     out = f[None, :] * fs + v[None, :] * mult[:, eg.cls] + add[:, eg.cls]
+    if gscale is not None:
+        out = out + eg.graph.delay_ns.astype(np.float64)[None, :] * gscale[:, None]
     return np.ascontiguousarray(np.maximum(np.rint(out), 0).astype(np.int64))

@@ -126,11 +126,11 @@ class WorkingSet:
         wh: Any,
         job: str,
         exclude: Sequence[str] = (),
-        states: dict[str, float | None] | None = None,
+        states: dict[str, tuple[float, float] | None] | None = None,
     ) -> WorkingSet:
         """Learned from the warehouse's jobs on `job`'s device and world size, leaving out
         `exclude`; each job's state comes from its inferred configuration. `states` memoises
-        those (None: not inferable) across calls, e.g. one per held-out job of an accuracy check."""
+        each job's `state_of` (None: not inferable) across calls, e.g. one per held-out job of an accuracy check."""
         from lumos.estimate.fleet_sql import fleet_rows
 
         (rows,), why = fleet_rows(wh, ["job_speed"], job, exclude)
@@ -140,8 +140,8 @@ class WorkingSet:
         states = {} if states is None else states
         for j in [job] + [str(r[0]) for r in rows]:
             if j not in states:
-                states[j] = _state_bytes(wh, j)
-        known = {j: b for j, b in states.items() if b is not None}
+                states[j] = state_bytes(wh, j)
+        known = {j: b[0] for j, b in states.items() if b is not None}
         if job not in known:
             return cls(notes=["working-set slowdown not learned: the base's state is unknown"])
         return cls.from_rows(rows, known, known[job])
@@ -166,14 +166,23 @@ class WorkingSet:
         )
 
 
-def _state_bytes(wh: Any, job: str) -> float | None:
-    """Per-rank training state of `job`'s inferred configuration; None when it cannot be
-    inferred (such a job teaches nothing here)."""
+def state_of(cfg: Any, memory_bytes: float | None = None) -> tuple[float, float]:
+    """(per-rank training state bytes, one layer's activation bytes per micro-batch) of a
+    configuration: what the fleet's speeds (here) and idle gaps (`idle_gaps`) are compared on."""
+    from lumos.estimate.memory import estimate_memory, layer_activation_bytes
+
+    if memory_bytes is None:
+        memory_bytes = estimate_memory(cfg).memory_bytes
+    return float(memory_bytes), float(layer_activation_bytes(cfg))
+
+
+def state_bytes(wh: Any, job: str) -> tuple[float, float] | None:
+    """`state_of` `job`'s inferred configuration; None when it cannot be inferred (such a job
+    teaches nothing)."""
     from lumos.estimate.infer import infer_base
-    from lumos.estimate.memory import estimate_memory
 
     try:
-        return float(estimate_memory(infer_base(wh, job).config).memory_bytes)
+        return state_of(infer_base(wh, job).config)
     except (LookupError, ValueError):  # JobNotFound, ConfigError, unparsable shapes
         return None
 
