@@ -37,6 +37,7 @@ from lumos.estimate.comm import CommModel
 from lumos.estimate.compress import CompressedGraph, compress
 from lumos.estimate.config import ConfigError, ModelConfig, parse_overrides
 from lumos.estimate.fleet import Contention
+from lumos.estimate.fleet_slope import state_of
 from lumos.estimate.gemm_fleet import GemmCurve, role_gemms
 from lumos.estimate.idle_gaps import IdleGaps
 from lumos.estimate.layers import ROLE, ROLES, Template, extract_template, template_path
@@ -70,7 +71,7 @@ from lumos.estimate.transforms import (
     durations,
     n_classes,
 )
-from lumos.estimate.working_set import WorkingSet, state_of
+from lumos.estimate.working_set import WorkingSet
 
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a

@@ -23,15 +23,18 @@ gaps hide behind its kernels).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lumos.estimate.working_set import MAX_LOG_RATIO, MIN_LOG_RATIO, state_bytes
-
-# (job, log activation ratio to the base, log gap ratio, weight)
-Point = tuple[str, float, float, float]
+from lumos.estimate.fleet_slope import (
+    Point,
+    fit_slope,
+    fleet_sizes,
+    parse_points,
+    points_from_rows,
+    power_scale,
+)
 
 
 @dataclass
@@ -39,43 +42,31 @@ class IdleGaps:
     """Scale of the idle gaps between CPU ops against one layer's activations."""
 
     gamma: float = 0.0
+    # (job, log activation ratio to the base, log gap ratio, weight)
     points: list[Point] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def scale(self, base_act: float, target_act: float) -> tuple[float, str | None]:
         """(factor on the target's gaps, a warning when its ratio is beyond the fleet's)."""
-        if self.gamma <= 0 or base_act <= 0 or target_act <= 0:
-            return 1.0, None
-        x = math.log(target_act / base_act)
-        xs = [p[1] for p in self.points] + [0.0]
-        lo, hi = min(xs), max(xs)
-        warn = None
-        if x < lo - 1e-9 or x > hi + 1e-9:
-            warn = (
-                f"per-layer activations {math.exp(x):.2f}x the base's, beyond the "
-                f"{math.exp(lo):.2f}-{math.exp(hi):.2f}x the fleet measured: the idle gaps "
-                "between ops are extrapolated"
-            )
-            x = min(max(x, -MAX_LOG_RATIO), MAX_LOG_RATIO)
-        return math.exp(self.gamma * x), warn
+        return power_scale(
+            self.gamma, self.points, base_act, target_act, "per-layer activations",
+            "the idle gaps between ops are",
+        )  # fmt: skip
 
     @classmethod
     def fit(cls, points: Sequence[Point]) -> IdleGaps:
         """Weighted least squares through the origin of log gap ratio on log activations."""
-        use = [p for p in points if abs(p[1]) >= MIN_LOG_RATIO and p[3] > 0]
+        gamma, use = fit_slope(points)
         if len(use) < 2:
             note = (
                 "idle gaps kept as traced: the warehouse has fewer than two jobs on this device "
                 "whose per-layer activations differ from the base's by 10% or more"
             )
-            return cls(0.0, list(points), [note])
-        sxy = sum(w * x * y for _, x, y, w in use)
-        sxx = sum(w * x * x for _, x, _, w in use)
-        gamma = max(sxy / sxx, 0.0)
-        note = (
-            f"idle gaps between ops scale with one layer's activations as act^{gamma:.3f} "
-            f"(from {len(use)} job(s): {', '.join(p[0] for p in use)})"
-        )
+        else:
+            note = (
+                f"idle gaps between ops scale with one layer's activations as act^{gamma:.3f} "
+                f"(from {len(use)} job(s): {', '.join(p[0] for p in use)})"
+            )
         return cls(gamma, list(points), [note])
 
     @classmethod
@@ -83,15 +74,7 @@ class IdleGaps:
         cls, rows: Sequence[tuple[Any, ...]], act: dict[str, float], base_act: float
     ) -> IdleGaps:
         """From `job_gaps.sql` rows (job, ratio, names, share) and each job's activations."""
-        points = []
-        for job, ratio, _n, share in rows:
-            a = act.get(str(job))
-            if not ratio or ratio <= 0 or not a or a <= 0 or base_act <= 0:
-                continue
-            points.append(
-                (str(job), math.log(a / base_act), math.log(float(ratio)), float(share or 0))
-            )
-        return cls.fit(points)
+        return cls.fit(points_from_rows(rows, act, base_act))
 
     @classmethod
     def calibrate(
@@ -102,20 +85,11 @@ class IdleGaps:
         states: dict[str, tuple[float, float] | None] | None = None,
     ) -> IdleGaps:
         """Learned from the warehouse's jobs on `job`'s device and world size, leaving out
-        `exclude`; `states` memoises each job's `working_set.state_of` (None: not inferable)."""
-        from lumos.estimate.fleet_sql import fleet_rows
-
-        (rows,), why = fleet_rows(wh, ["job_gaps"], job, exclude)
+        `exclude`; `states` memoises each job's `fleet_slope.state_of` (None: not inferable)."""
+        rows, sizes, why = fleet_sizes(wh, "job_gaps", job, exclude, states, 1)
         if why:
             return cls(notes=[f"idle gaps kept as traced ({why})"])
-        states = {} if states is None else states
-        for j in [job] + [str(r[0]) for r in rows]:
-            if j not in states:
-                states[j] = state_bytes(wh, j)
-        act = {j: b[1] for j, b in states.items() if b is not None}
-        if job not in act:
-            return cls(notes=["idle gaps kept as traced: the base's configuration is unknown"])
-        return cls.from_rows(rows, act, act[job])
+        return cls.from_rows(rows, sizes, sizes[job])
 
     def to_dict(self) -> dict[str, Any]:
         return {"gamma": self.gamma, "points": [list(p) for p in self.points], "notes": self.notes}
@@ -124,8 +98,4 @@ class IdleGaps:
     def from_dict(cls, d: dict[str, Any] | None) -> IdleGaps:
         if not d:
             return cls(notes=["no idle-gap model cached"])
-        return cls(
-            float(d.get("gamma", 0.0)),
-            [(str(p[0]), float(p[1]), float(p[2]), float(p[3])) for p in d.get("points", [])],
-            list(d.get("notes", [])),
-        )
+        return cls(float(d.get("gamma", 0.0)), parse_points(d), list(d.get("notes", [])))

@@ -27,12 +27,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lumos.estimate.fleet_slope import (
+    MAX_LOG_RATIO,
+    Point,
+    fit_slope,
+    fleet_sizes,
+    parse_points,
+    points_from_rows,
+    power_scale,
+)
+
+__all__ = ["MAX_LOG_RATIO", "WorkingSet"]
+
 # a job whose matched ops are less than this share of its op time speaks with that share as weight
 MIN_SHARE = 0.02
-# state ratios closer to 1 than this say nothing about the slope
-MIN_LOG_RATIO = math.log(1.1)
-# cache effects saturate: beyond this state ratio (either way) the slowdown is not extrapolated
-MAX_LOG_RATIO = math.log(4.0)
 # jobs whose matched ops are at least this share of their op time show how much a whole job's
 # speed strays from the fit (the interval's spread); jobs matched on a few small ops do not
 MIN_SPREAD_SHARE = 0.5
@@ -46,16 +54,11 @@ class WorkingSet:
 
     beta: float = 0.0
     # (job, log state ratio to the base, log speed ratio to the base, weight)
-    points: list[tuple[str, float, float, float]] = field(default_factory=list)
+    points: list[Point] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # (low, high) of exp(residual) of the well-matched jobs: how far a whole job's op speed
     # strayed from the fit (recording noise, drift within a day); 1 inside each
     spread: tuple[float, float] = (1.0, 1.0)
-
-    @property
-    def log_range(self) -> tuple[float, float]:
-        xs = [p[1] for p in self.points]
-        return (min(xs + [0.0]), max(xs + [0.0]))
 
     def job_scales(self) -> dict[str, float]:
         """Each fleet job's fitted slowdown against the base: dividing its op samples by it
@@ -65,60 +68,33 @@ class WorkingSet:
 
     def scale(self, base_bytes: float, target_bytes: float) -> tuple[float, str | None]:
         """(factor on the target's CPU op times, a warning when the state ratio is clamped)."""
-        if self.beta <= 0 or base_bytes <= 0 or target_bytes <= 0:
-            return 1.0, None
-        x = math.log(target_bytes / base_bytes)
-        lo, hi = self.log_range
-        warn = None
-        if x < lo - 1e-9 or x > hi + 1e-9:
-            warn = (
-                f"per-rank training state {math.exp(x):.2f}x the base's, beyond the "
-                f"{math.exp(lo):.2f}-{math.exp(hi):.2f}x the fleet measured: its slowdown is "
-                "extrapolated"
-            )
-            x = min(max(x, -MAX_LOG_RATIO), MAX_LOG_RATIO)
-        return math.exp(self.beta * x), warn
+        return power_scale(
+            self.beta, self.points, base_bytes, target_bytes, "per-rank training state",
+            "its slowdown is",
+        )  # fmt: skip
 
     @classmethod
-    def fit(cls, points: Sequence[tuple[str, float, float, float]]) -> WorkingSet:
+    def fit(cls, points: Sequence[Point]) -> WorkingSet:
         """Weighted least squares through the origin of log speed on log state."""
-        use = [p for p in points if abs(p[1]) >= MIN_LOG_RATIO and p[3] > 0]
+        beta, use = fit_slope(points)
         if len(use) < 2:
-            return cls(
-                0.0,
-                list(points),
-                [
-                    "working-set slowdown not learned: the warehouse has fewer than two jobs on "
-                    "this device whose training state differs from the base's by 10% or more"
-                ],
-                _spread(points, 0.0),
+            note = (
+                "working-set slowdown not learned: the warehouse has fewer than two jobs on "
+                "this device whose training state differs from the base's by 10% or more"
             )
-        sxy = sum(w * x * y for _, x, y, w in use)
-        sxx = sum(w * x * x for _, x, _, w in use)
-        beta = max(sxy / sxx, 0.0)
-        return cls(
-            beta,
-            list(points),
-            [
+        else:
+            note = (
                 f"ops slow with the per-rank training state as state^{beta:.3f} "
                 f"(from {len(use)} job(s): {', '.join(p[0] for p in use)})"
-            ],
-            _spread(points, beta),
-        )
+            )
+        return cls(beta, list(points), [note], _spread(points, beta))
 
     @classmethod
     def from_rows(
         cls, rows: Sequence[tuple[Any, ...]], state_bytes: dict[str, float], base_bytes: float
     ) -> WorkingSet:
         """From `job_speed.sql` rows (job, ratio, n_keys, share) and each job's state bytes."""
-        points = []
-        for job, ratio, _n, share in rows:
-            b = state_bytes.get(str(job))
-            if not ratio or ratio <= 0 or not b or share is None or base_bytes <= 0:
-                continue
-            w = max(float(share), MIN_SHARE)
-            points.append((str(job), math.log(b / base_bytes), math.log(float(ratio)), w))
-        return cls.fit(points)
+        return cls.fit(points_from_rows(rows, state_bytes, base_bytes, MIN_SHARE))
 
     @classmethod
     def calibrate(
@@ -130,21 +106,12 @@ class WorkingSet:
     ) -> WorkingSet:
         """Learned from the warehouse's jobs on `job`'s device and world size, leaving out
         `exclude`; each job's state comes from its inferred configuration. `states` memoises
-        each job's `state_of` (None: not inferable) across calls, e.g. one per held-out job of an accuracy check."""
-        from lumos.estimate.fleet_sql import fleet_rows
-
-        (rows,), why = fleet_rows(wh, ["job_speed"], job, exclude)
+        each job's `state_of` (None: not inferable) across calls, e.g. one per held-out job of an
+        accuracy check."""
+        rows, sizes, why = fleet_sizes(wh, "job_speed", job, exclude, states, 0, MAX_JOBS)
         if why:
             return cls(notes=[f"working-set slowdown not learned ({why})"])
-        rows = sorted(rows, key=lambda r: -(r[3] or 0.0))[:MAX_JOBS]
-        states = {} if states is None else states
-        for j in [job] + [str(r[0]) for r in rows]:
-            if j not in states:
-                states[j] = state_bytes(wh, j)
-        known = {j: b[0] for j, b in states.items() if b is not None}
-        if job not in known:
-            return cls(notes=["working-set slowdown not learned: the base's state is unknown"])
-        return cls.from_rows(rows, known, known[job])
+        return cls.from_rows(rows, sizes, sizes[job])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -160,34 +127,13 @@ class WorkingSet:
             return cls(notes=["no working-set model cached"])
         return cls(
             float(d.get("beta", 0.0)),
-            [(str(p[0]), float(p[1]), float(p[2]), float(p[3])) for p in d.get("points", [])],
+            parse_points(d),
             list(d.get("notes", [])),
             tuple(float(x) for x in d.get("spread", (1.0, 1.0))),
         )
 
 
-def state_of(cfg: Any, memory_bytes: float | None = None) -> tuple[float, float]:
-    """(per-rank training state bytes, one layer's activation bytes per micro-batch) of a
-    configuration: what the fleet's speeds (here) and idle gaps (`idle_gaps`) are compared on."""
-    from lumos.estimate.memory import estimate_memory, layer_activation_bytes
-
-    if memory_bytes is None:
-        memory_bytes = estimate_memory(cfg).memory_bytes
-    return float(memory_bytes), float(layer_activation_bytes(cfg))
-
-
-def state_bytes(wh: Any, job: str) -> tuple[float, float] | None:
-    """`state_of` `job`'s inferred configuration; None when it cannot be inferred (such a job
-    teaches nothing)."""
-    from lumos.estimate.infer import infer_base
-
-    try:
-        return state_of(infer_base(wh, job).config)
-    except (LookupError, ValueError):  # JobNotFound, ConfigError, unparsable shapes
-        return None
-
-
-def _spread(points: Sequence[tuple[str, float, float, float]], beta: float) -> tuple[float, float]:
+def _spread(points: Sequence[Point], beta: float) -> tuple[float, float]:
     """(low, high) of exp(log speed - beta * log state) over the jobs matched on at least
     MIN_SPREAD_SHARE of their op time, widened to include 1."""
     res = [math.exp(y - beta * x) for _, x, y, w in points if w >= MIN_SPREAD_SHARE]
