@@ -204,7 +204,7 @@ def test_gemm_roles_retimed_from_the_fleet(corpus_wh, target):
     fleet = Estimator(est.tpl, est.base, CommModel.calibrate(wh, "base"), [], None, curve)
     m = measured(CORPUS / target)
     cfg = fleet.target({k: m["config"][k] for k in CONFIG_KEYS if k in m["config"]})
-    mult, _, fscale, ratio, _ = fleet._coeffs(cfg, {})
+    mult, _, fscale, ratio, _, _ = fleet._coeffs(cfg, {})
     contention = fleet.cpu_scale(cfg)
     own = extract_template(wh, target, cache=False)
     # the target's rank 0 and the base share the layer count and micro-batches

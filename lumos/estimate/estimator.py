@@ -263,9 +263,10 @@ class Estimator:
     # --- per configuration arrays --------------------------------------------------------------
     def _coeffs(
         self, cfg: ModelConfig, speed: Mapping[str, float]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str], float]:
         """(mult, add, fscale, role ratio, GEMM shapes the curve extrapolates to) over the
-        duration classes of cfg's structure."""
+        duration classes of cfg's structure, and the share by which its idle gaps grow
+        (`transforms.durations`' gscale)."""
         pp = cfg.pp
         nc = n_classes(pp)
         ratio = features(cfg) / self.base_feat
@@ -302,7 +303,8 @@ class Estimator:
         # (mult) its parameters
         calls = np.ones(nc)
         calls[[cls_opt(s) for s in range(pp)]] = self.opt_scale(cfg)
-        return mult * sp * cpu, add * sp, sp * cpu * calls, ratio, beyond
+        gap = self._gap_scale(cfg)[0] - 1.0
+        return mult * sp * cpu, add * sp, sp * cpu * calls, ratio, beyond, gap
 
     def _gemm_roles(self) -> dict[int, tuple[int, float, float]]:
         """Per GEMM role the fleet's curve can re-time: (forward calls, variable ns, the
@@ -389,11 +391,11 @@ class Estimator:
 
     def _state_scale(self, cfg: ModelConfig) -> tuple[float, str | None]:
         """Working-set slowdown of cfg's CPU work relative to the base's, and its warning."""
-        return self.working_set.scale(self._base_state[0], float(_memory(cfg).memory_bytes))
+        return self.working_set.scale(self._base_state[0], _state(cfg)[0])
 
     def _gap_scale(self, cfg: ModelConfig) -> tuple[float, str | None]:
         """Scale of the template's idle gaps for cfg (idle_gaps.py), and its warning."""
-        return self.gaps.scale(self._base_state[1], state_of(cfg, _memory(cfg).memory_bytes)[1])
+        return self.gaps.scale(self._base_state[1], _state(cfg)[1])
 
     def _worlds(self, cfg: ModelConfig) -> tuple[int, int, bool, bool]:
         """(base world, target world, base lock-step, target lock-step): TP ranks block on
@@ -494,7 +496,7 @@ class Estimator:
                 mult = np.stack([c[0] for c in co])
                 add = np.stack([c[1] for c in co])
                 fs = np.stack([c[2] for c in co])
-                gs = np.array([self._gap_scale(targets[i])[0] - 1.0 for i in part])
+                gs = np.array([c[5] for c in co])
                 if merge:
                     dur = eg.durations(self.fixed, self.var, mult, add, fs, gs)
                 else:
@@ -525,8 +527,8 @@ class Estimator:
 
         s = self.structure(cfg)
         eg = self.graph(s)
-        mult, add, fs, ratio, beyond = self._coeffs(cfg, speedup or {})
-        gs = np.array([self._gap_scale(cfg)[0] - 1.0])
+        mult, add, fs, ratio, beyond, gap = self._coeffs(cfg, speedup or {})
+        gs = np.array([gap])
         dur = durations(eg, self.fixed, self.var, mult[None], add[None], fs[None], gs)[0]
         _, end = chain_replay(eg.graph, dur)
         pred = int(end.max()) if end.size else 0
@@ -564,6 +566,11 @@ def _memory(cfg: ModelConfig) -> MemoryEstimate:
     """A configuration's memory, once: a sweep reads it for the working set, the result and the
     warnings (read only)."""
     return estimate_memory(cfg)
+
+
+def _state(cfg: ModelConfig) -> tuple[float, float]:
+    """cfg's `fleet_slope.state_of`, its memory estimated once."""
+    return state_of(cfg, _memory(cfg).memory_bytes)
 
 
 def ddp_buckets(grad_bytes: float) -> tuple[float, float]:

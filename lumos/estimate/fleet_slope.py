@@ -22,14 +22,19 @@ MIN_LOG_RATIO = math.log(1.1)
 MAX_LOG_RATIO = math.log(4.0)
 
 
-def fit_slope(points: Sequence[Point]) -> tuple[float, list[Point]]:
-    """(slope, the points that moved); the slope is 0 when fewer than two moved."""
+def fit_slope(points: Sequence[Point], law: str, unlearned: str, size: str) -> tuple[float, str]:
+    """(slope, note): the slope is 0 when fewer than two jobs moved; the note says the `law`
+    with its exponent and the jobs it came from, or `unlearned` and why."""
     use = [p for p in points if abs(p[1]) >= MIN_LOG_RATIO and p[3] > 0]
     if len(use) < 2:
-        return 0.0, use
+        return 0.0, (
+            f"{unlearned}: the warehouse has fewer than two jobs on this device whose {size} "
+            "differs from the base's by 10% or more"
+        )
     sxy = sum(w * x * y for _, x, y, w in use)
     sxx = sum(w * x * x for _, x, _, w in use)
-    return max(sxy / sxx, 0.0), use
+    slope = max(sxy / sxx, 0.0)
+    return slope, f"{law}^{slope:.3f} (from {len(use)} job(s): {', '.join(p[0] for p in use)})"
 
 
 def power_scale(

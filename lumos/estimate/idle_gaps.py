@@ -56,17 +56,12 @@ class IdleGaps:
     @classmethod
     def fit(cls, points: Sequence[Point]) -> IdleGaps:
         """Weighted least squares through the origin of log gap ratio on log activations."""
-        gamma, use = fit_slope(points)
-        if len(use) < 2:
-            note = (
-                "idle gaps kept as traced: the warehouse has fewer than two jobs on this device "
-                "whose per-layer activations differ from the base's by 10% or more"
-            )
-        else:
-            note = (
-                f"idle gaps between ops scale with one layer's activations as act^{gamma:.3f} "
-                f"(from {len(use)} job(s): {', '.join(p[0] for p in use)})"
-            )
+        gamma, note = fit_slope(
+            points,
+            "idle gaps between ops scale with one layer's activations as act",
+            "idle gaps kept as traced",
+            "per-layer activation size",
+        )
         return cls(gamma, list(points), [note])
 
     @classmethod

@@ -76,17 +76,12 @@ class WorkingSet:
     @classmethod
     def fit(cls, points: Sequence[Point]) -> WorkingSet:
         """Weighted least squares through the origin of log speed on log state."""
-        beta, use = fit_slope(points)
-        if len(use) < 2:
-            note = (
-                "working-set slowdown not learned: the warehouse has fewer than two jobs on "
-                "this device whose training state differs from the base's by 10% or more"
-            )
-        else:
-            note = (
-                f"ops slow with the per-rank training state as state^{beta:.3f} "
-                f"(from {len(use)} job(s): {', '.join(p[0] for p in use)})"
-            )
+        beta, note = fit_slope(
+            points,
+            "ops slow with the per-rank training state as state",
+            "working-set slowdown not learned",
+            "training state",
+        )
         return cls(beta, list(points), [note], _spread(points, beta))
 
     @classmethod
