@@ -143,20 +143,13 @@ def test_exposed_and_synchronous_collectives_on_the_corpus(corpus_wh):
     """DDP's last bucket (the optimizer waits for it) is the exposed sample of each DP step; the
     TP all-reduces are the synchronous ones, and the TP jobs the lock-step ones; the learned peer
     wait is what the step paid beyond the transfer."""
-    import duckdb
-
-    import lumos_sql
     from lumos.api import Warehouse
     from lumos.estimate.comm import CommModel, _elements
+    from lumos.estimate.fleet_sql import fleet_rows
 
     wh = Warehouse.open(corpus_wh)
-    con = duckdb.connect(str(wh.catalog), read_only=True)
-    try:
-        rows = con.execute(
-            lumos_sql.load("estimate/collective_waits"), {"job": "base", "exclude": []}
-        ).fetchall()
-    finally:
-        con.close()
+    (rows,), why = fleet_rows(wh, ["collective_waits"], "base")
+    assert why is None, why
     exposed = [r for r in rows if r[4] == "exposed"]
     sync = [r for r in rows if r[4] == "sync"]
     dp_jobs = [j for j in corpus_jobs(CORPUS) if measured(j)["config"]["dp"] > 1]

@@ -1,7 +1,8 @@
 """Run the estimator's fleet queries (`lumos_sql/estimate/*.sql`) on a warehouse's catalog.
 
 Every query takes the base `$job` and the jobs to leave out, `$exclude` (an accuracy check
-never learns from the run it predicts). A warehouse without a catalog, or a query DuckDB
+never learns from the run it predicts), and reads the jobs it learns from through the
+`fleet_jobs` macro (`estimate/fleet_jobs.sql`), defined on the connection first. A warehouse without a catalog, or a query DuckDB
 refuses, yields no rows and the reason, so that each model falls back to its defaults and says
 why instead of failing the estimate.
 """
@@ -27,6 +28,7 @@ def fleet_rows(
         return empty, "no catalog"
     try:
         params = {"job": job, "exclude": list(exclude)}
+        con.execute(lumos_sql.load("estimate/fleet_jobs"))
         return [
             con.execute(lumos_sql.load(f"estimate/{n}"), params).fetchall() for n in names
         ], None

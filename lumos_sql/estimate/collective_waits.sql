@@ -15,15 +15,9 @@
 -- kind of sample ('sync' or 'exposed'; exposed rows carry the mean work duration over ranks),
 -- job (a job with 'sync' rows runs its ranks in lock-step: lumos/estimate/fleet.py).
 WITH dev AS (
-    SELECT CASE WHEN any_value(device) = 'cpu' THEN 'cpu' ELSE 'gpu' END AS kind
-    FROM traces WHERE job = $job AND status = 'ok'
+    SELECT kind FROM fleet_jobs($job, $exclude) WHERE is_base
 ), jobs AS (
-    SELECT t.job, max(t.world_size) AS world,
-           CASE WHEN any_value(t.device) = 'cpu' THEN 'cpu' ELSE 'gpu' END AS kind
-    FROM traces AS t
-    WHERE t.status = 'ok' AND NOT list_contains($exclude, t.job)
-    GROUP BY t.job
-    HAVING max(t.world_size) > 1
+    SELECT job, world, kind FROM fleet_jobs($job, $exclude) WHERE world > 1
 ), ops AS (
     SELECT e.job, e.rank, e.tid, e.event_idx, e.name, e.input_dims, e.ts_ns,
            e.ts_ns + e.dur_ns AS end_ns

@@ -7,12 +7,9 @@
 -- Columns: group size (world size of the job), message elements (first input's dims), its
 -- duration (ns), the device kind ('cpu' or 'gpu').
 WITH dev AS (
-    SELECT CASE WHEN any_value(device) = 'cpu' THEN 'cpu' ELSE 'gpu' END AS kind
-    FROM traces WHERE job = $job AND status = 'ok'
+    SELECT kind FROM fleet_jobs($job, $exclude) WHERE is_base
 ), jobs AS (
-    SELECT t.job, max(t.world_size) AS world,
-           CASE WHEN any_value(t.device) = 'cpu' THEN 'cpu' ELSE 'gpu' END AS kind
-    FROM traces AS t WHERE t.status = 'ok' AND NOT list_contains($exclude, t.job) GROUP BY t.job
+    SELECT job, world, kind FROM fleet_jobs($job, $exclude)
 ), ar AS (
     SELECT e.job, e.rank, e.input_dims, e.dur_ns,
            row_number() OVER (PARTITION BY e.job, e.rank ORDER BY e.ts_ns, e.event_idx) AS k

@@ -7,20 +7,14 @@
 -- $exclude are left out (accuracy checks predict a job without learning from it).
 -- Columns: world size, job, ratio, matched op keys, matched time share of the job's op time.
 WITH jobs AS (
-    SELECT job, any_value(device) AS device, max(world_size) AS world
-    FROM traces
-    WHERE status = 'ok' AND NOT list_contains($exclude, job)
-    GROUP BY job
-), dev AS (
-    SELECT device FROM jobs WHERE job = $job
-    UNION ALL
-    SELECT any_value(device) FROM traces WHERE job = $job AND status = 'ok'
+    SELECT job, device, world FROM fleet_jobs($job, $exclude)
 ), raw AS (
     SELECT e.job, e.rank, e.tid, e.event_idx, e.name, coalesce(e.input_dims, '') AS dims,
            e.ts_ns, e.ts_ns + e.dur_ns AS end_ns
     FROM events AS e
     JOIN jobs AS j USING (job)
-    WHERE j.device = (SELECT any_value(device) FROM dev) AND e.cat = 'cpu_op' AND e.ph = 'X'
+    WHERE j.device = (SELECT device FROM fleet_jobs($job, $exclude) WHERE is_base)
+      AND e.cat = 'cpu_op' AND e.ph = 'X'
 ), top AS (
     -- top level = not nested in an earlier op of the same thread (running max of end times)
     SELECT *, coalesce(ts_ns >= max(end_ns) OVER (

@@ -6,10 +6,7 @@
 -- shapes). Jobs named in $exclude are left out (accuracy checks predict a job without learning
 -- from it). Columns: job, ratio, matched op keys, matched time share of the job's op time.
 WITH jobs AS (
-    SELECT job, any_value(device) AS device, coalesce(max(world_size), 1) AS world
-    FROM traces
-    WHERE status = 'ok' AND (job = $job OR NOT list_contains($exclude, job))
-    GROUP BY job
+    SELECT job, device, world FROM fleet_jobs($job, $exclude)
 ), ops AS (
     SELECT e.job, e.name, e.input_dims AS dims, count(*) AS n, median(e.dur_ns) AS med
     FROM events AS e

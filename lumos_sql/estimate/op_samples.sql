@@ -7,15 +7,10 @@
 -- them: contention is fleet.py's) and CPU devices (a GPU trace's CPU op is the launch, not the
 -- work). Jobs in $exclude are left out.
 -- Columns: op name, input dims (parsed in Python), job, calls, median duration (ns).
-WITH dev AS (
-    SELECT any_value(device) AS device FROM traces WHERE job = $job AND status = 'ok'
-), jobs AS (
-    SELECT t.job
-    FROM traces AS t
-    WHERE t.status = 'ok' AND NOT list_contains($exclude, t.job)
-    GROUP BY t.job
-    HAVING count(DISTINCT t.rank) = 1 AND coalesce(max(t.world_size), 1) = 1
-       AND any_value(t.device) = (SELECT device FROM dev) AND any_value(t.device) = 'cpu'
+WITH jobs AS (
+    SELECT job FROM fleet_jobs($job, $exclude)
+    WHERE ranks = 1 AND world = 1 AND device = 'cpu'
+      AND device = (SELECT device FROM fleet_jobs($job, $exclude) WHERE is_base)
 )
 SELECT e.name, e.input_dims, e.job, count(*) AS n, median(e.dur_ns) AS med_ns
 FROM events AS e
