@@ -195,6 +195,34 @@ class Attention:
     head_dim: int
     count_by_rank: dict[int, int]
     how: str
+    # forward calls that ran inside the backward (activation checkpointing's replay)
+    recompute_by_rank: dict[int, int] = field(default_factory=dict)
+
+
+def _recompute(att: Attention | None, gemm_rows: list[dict[str, Any]]) -> tuple | None:
+    """(recompute, confidence, evidence) when the backward replays forward attention calls
+    (activation checkpointing): `full` when the layers' linears are replayed too, `selective`
+    when only the attention core is (Megatron's selective recomputation); else None."""
+    if att is None:
+        return None
+    rk = min(att.count_by_rank, default=None)
+    fwd = att.count_by_rank.get(rk, 0) if rk is not None else 0
+    again = att.recompute_by_rank.get(rk, 0) if rk is not None else 0
+    if fwd == 0 or again < 0.5 * fwd:
+        return None
+    lin_fwd = sum(int(r["n"]) for r in gemm_rows if _is_layer_linear(r, rk))
+    lin_again = sum(int(r.get("n_recompute") or 0) for r in gemm_rows if _is_layer_linear(r, rk))
+    kind = "full" if lin_fwd and lin_again >= 0.5 * lin_fwd else "selective"
+    return (
+        kind,
+        0.8,
+        f"{again} of {fwd} {att.name} forward calls replayed inside the backward on rank {rk}"
+        + (f", and {lin_again} of {lin_fwd} linears" if kind == "full" else ", no linear"),
+    )
+
+
+def _is_layer_linear(r: dict[str, Any], rank: int) -> bool:
+    return int(r["rank"]) == rank and r["name"] in ("aten::linear", "aten::matmul")
 
 
 def _attention(rows: list[dict[str, Any]], tokens: int | None) -> Attention | None:
@@ -206,9 +234,11 @@ def _attention(rows: list[dict[str, Any]], tokens: int | None) -> Attention | No
     name = next((n for n in _ATTN_PRIORITY if n in totals), None) or totals.most_common(1)[0][0]
     chosen = [r for r in rows if r["name"] == name]
     counts: dict[int, int] = defaultdict(int)
+    again: dict[int, int] = defaultdict(int)
     shapes = Counter()
     for r in chosen:
         counts[int(r["rank"])] += int(r["n"])
+        again[int(r["rank"])] += int(r.get("n_recompute") or 0)
         q = _shape(_dims(r["input_dims"])[0]) if _dims(r["input_dims"]) else None
         if q and len(q) == 4:
             shapes[q] += int(r["n"])
@@ -228,7 +258,7 @@ def _attention(rows: list[dict[str, Any]], tokens: int | None) -> Attention | No
                 h, b, s = q[hi], min(rest), max(rest)
                 how = f"{name} query {list(q)}: heads at dim {hi} (other dims give {tokens} tokens)"
                 break
-    return Attention(name, b, s, h, d, dict(counts), how)
+    return Attention(name, b, s, h, d, dict(counts), how, dict(again))
 
 
 # --- annotations ------------------------------------------------------------------------------
@@ -361,7 +391,8 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
         warnings.append(f"only {len(ranks)} of {world} ranks ingested: per-stage counts may miss")
 
     # GEMMs: hidden, tokens, dtype.
-    gemms, family = _parse_gemms([r for r in gemm_rows if r["name"] != "aten::embedding"])
+    gemms_all = [r for r in gemm_rows if r["name"] != "aten::embedding"]
+    gemms, family = _parse_gemms(gemms_all)
     hidden = tokens = None
     if gemms:
         hidden, hits, total = _most_common_dim(gemms)
@@ -708,9 +739,13 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
     if vocab:
         f.set("vocab", vocab, 0.6, f"largest embedding table has {vocab} rows (per rank)")
 
-    # Recomputation: checkpoint markers, or more forward layer passes than micro-batches.
+    # Recomputation: forward ops replayed inside the backward, checkpoint markers, or more
+    # forward layer passes than micro-batches.
     ckpt = [r for r in names if "checkpoint" in str(r["name"]).lower()]
-    if ckpt:
+    again = _recompute(att, gemms_all)
+    if again:
+        f.set("recompute", *again)
+    elif ckpt:
         f.set("recompute", "full", 0.6, f"checkpoint marker {ckpt[0]['name']!r}")
     elif att and layer_sets and local:
         rk = min(local)

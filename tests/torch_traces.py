@@ -1,0 +1,88 @@
+"""Record small real PyTorch CPU training traces the way a plain training script does: no
+`record_function` annotations, one `ProfilerStep#N` per iteration. Variants exercise what real
+trainers do and the ground-truth trainer does not: mixed precision (`torch.autocast`, which
+records every autocast op twice, nested) and activation checkpointing (the forward replayed
+inside the backward), of every block (`full`) or of the attention core only (`selective`).
+
+Used by tests/test_infer_variants.py; torch is imported only when a trace is recorded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# the model every variant trains: what inference must recover
+TRUTH = dict(layers=3, hidden=48, heads=4, ffn=192, seq=16, micro_batch=2, vocab=96)
+VARIANTS = ("plain", "bf16", "full", "selective")
+
+
+def record(variant: str, out: Path, steps: int = 4) -> Path:
+    """Train the model for `steps` profiled iterations (after one warm-up) and write the trace
+    to `out` (a directory); returns the file."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile, schedule
+    from torch.utils.checkpoint import checkpoint
+
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r} (one of {VARIANTS})")
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    h, nh, ffn, seq = TRUTH["hidden"], TRUTH["heads"], TRUTH["ffn"], TRUTH["seq"]
+    mb, vocab = TRUTH["micro_batch"], TRUTH["vocab"]
+
+    def core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
+            self.qkv, self.proj = nn.Linear(h, 3 * h), nn.Linear(h, h)
+            self.fc1, self.fc2 = nn.Linear(h, ffn), nn.Linear(ffn, h)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, s, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(h, dim=-1)
+            q, k, v = (t.view(b, s, nh, h // nh).transpose(1, 2) for t in (q, k, v))
+            if variant == "selective":
+                a = checkpoint(core, q, k, v, use_reentrant=False)
+            else:
+                a = core(q, k, v)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    class GPT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(vocab, h), nn.Embedding(seq, h)
+            self.blocks = nn.ModuleList(Block() for _ in range(TRUTH["layers"]))
+            self.ln_f, self.head = nn.LayerNorm(h), nn.Linear(h, vocab, bias=False)
+
+        def forward(self, idx: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+            for blk in self.blocks:
+                x = checkpoint(blk, x, use_reentrant=False) if variant == "full" else blk(x)
+            logits = self.head(self.ln_f(x))
+            return F.cross_entropy(logits.reshape(-1, vocab), tgt.reshape(-1))
+
+    model = GPT()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{variant}.json"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=0, warmup=1, active=steps),
+        record_shapes=True,
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+    ) as prof:
+        for _ in range(steps + 1):
+            idx = torch.randint(0, vocab, (mb, seq + 1))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant == "bf16"):
+                loss = model(idx[:, :-1], idx[:, 1:])
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            prof.step()
+    return path
