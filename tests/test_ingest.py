@@ -166,6 +166,21 @@ def test_single_file_without_rank_is_rank_0_and_job_is_stem(
     for f in report.files:
         assert f.path in f.error and "cannot tell which rank" in f.error
     assert query(warehouse_dir, "select count(*) from events where job = 'two'") == [(0,)]
+    # that refusal was about the other file: given alone, the same file is placed, not kept
+    # refused; the other one then clashes with its rank, and is taken once given its own job
+    [a] = ingest([two / "a.json"], warehouse=warehouse_dir, job="two").files
+    assert (a.action, a.rank) == ("ingested", 0), a.error
+    [b] = ingest([two / "b.json"], warehouse=warehouse_dir, job="two").files
+    assert b.status == "refused" and "is already held by" in b.error
+    [b] = ingest([two / "b.json"], warehouse=warehouse_dir, job="two_b").files
+    assert (b.action, b.job) == ("ingested", "two_b"), b.error
+    assert query(
+        warehouse_dir, "select job, status from traces where job like 'two%' order by 1"
+    ) == [
+        ("two", "ok"),
+        ("two", "refused"),
+        ("two_b", "ok"),
+    ]
 
 
 def test_same_job_rank_with_different_content_refuses_the_second(

@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from warehouse.errors import TraceError
 from warehouse.jobs import (
+    RANK_UNKNOWN,
     PlannedFile,
     job_from_trace,
     plan_inputs,
@@ -62,6 +63,12 @@ GZIP_RATIO = 10
 COMMIT_EVERY_S = 1.0
 # Marks a refusal caused by a bug rather than by the file: such files are retried on every ingest.
 INTERNAL_ERROR = "internal error while reading"
+# a refusal about where a file goes (a rank another file holds) rather than what it holds
+RANK_HELD = "is already held by"
+# refusals worth another try when the same file comes again: a reader fault, or a placement
+# that depends on the other files (given with it, or already in the warehouse), which may have
+# changed since
+RETRIED_REFUSALS = (INTERNAL_ERROR, RANK_HELD, RANK_UNKNOWN)
 # Dictionary-encode the repetitive strings only: on the free-text JSON columns the dictionary
 # overflows and costs 3x the write time for a bigger file (measured on df_index_resolver).
 _NO_DICTIONARY = {"args_json", "input_dims"}
@@ -568,7 +575,7 @@ def _commit(
                     _discard(staged)
                 elif holder is not None and holder["sha256"] != sha:
                     staged.error = (
-                        f"{planned.path}: job {job!r} rank {staged.rank} is already held by "
+                        f"{planned.path}: job {job!r} rank {staged.rank} {RANK_HELD} "
                         f"{holder['path']} (sha256 {holder['sha256'][:12]}...) with different "
                         "content; give this file another job (--job) or rank"
                     )
@@ -711,7 +718,8 @@ def ingest(
         if prev is None and not p.job_given:
             prev = _ingested_under_declared_job(layout, manifest, sha)
         if prev is None or (
-            prev["status"] == "refused" and INTERNAL_ERROR in (prev["error"] or "")
+            prev["status"] == "refused"
+            and any(m in (prev["error"] or "") for m in RETRIED_REFUSALS)
         ):
             todo.append(i)
             continue

@@ -30,6 +30,7 @@ from warehouse.errors import TraceError
 from warehouse.layout import find_trace_files
 
 __all__ = [
+    "RANK_UNKNOWN",
     "InputError",
     "PlannedFile",
     "job_from_trace",
@@ -42,6 +43,9 @@ __all__ = [
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_.]?(\d+)(?![0-9])", re.IGNORECASE)
 _TRACE_JOB_KEYS = ("job_name", "mast_job_name")
 _DIST_JOB_KEYS = ("job_name", "job_id")
+# the start of the refusal of a file whose rank its content does not name, among several files
+# of one job: a refusal about the other files given with it, not about this file
+RANK_UNKNOWN = "cannot tell which rank this file is"
 
 
 class InputError(TraceError):
@@ -160,7 +164,7 @@ def resolve_rank(
         return 0, "single file"
     raise TraceError(
         planned.path,
-        f"cannot tell which rank this file is: no distributedInfo.rank in the trace and no "
+        f"{RANK_UNKNOWN}: no distributedInfo.rank in the trace and no "
         f"rank in the file name (e.g. rank-3, worker3), and job {planned.job!r} has "
         f"{planned.group_size} files; rename it or ingest it alone",
     )
