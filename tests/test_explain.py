@@ -272,3 +272,18 @@ def test_explain_command_prints(explain_wh: Path, capsys: pytest.CaptureFixture)
     out = capsys.readouterr().out
     assert "measured" in out and "model" in out and "critical path" in out
     assert main(["explain", "--job", "nccl", "--warehouse", str(explain_wh), "--step", "99"]) == 2
+
+
+def test_replay_writes_the_collectives_of_multi_rank_jobs(explain_wh: Path) -> None:
+    """`lumos replay` keeps the cross-rank matching it replays the multirank mode with: the
+    DLRM job's 5 all_to_all and 3 all-reduce kernels on each of its 8 ranks (trace README), all
+    matched; single-rank jobs have none."""
+    from lumos.api import Warehouse
+    from warehouse.catalog import build_catalog
+
+    build_catalog(explain_wh)
+    rows = Warehouse.open(explain_wh).sql(
+        "select job, count(distinct rank) as ranks, count(*) as n, "
+        "count(*) filter (where status = 'matched') as matched from collectives group by job"
+    )
+    assert rows.to_dict("records") == [{"job": "dlrm", "ranks": 8, "n": 64, "matched": 64}]

@@ -44,6 +44,7 @@ __all__ = [
     "CollectiveArrays",
     "CollectiveError",
     "build_collectives",
+    "write_collectives",
     "clock_offsets",
     "collective_arrays",
     "collectives_file",
@@ -406,17 +407,26 @@ def build_collectives(
         preserve_index=False,
     )
     if write:
-        target = collectives_file(warehouse, job)
-        marker = target.parent.parent / SCHEMA_FILE
-        new_table = not marker.exists()
-        if new_table:
-            write_parquet_atomic(COLLECTIVES.empty_table(), marker)
-        write_parquet_atomic(table, target)
-        if new_table:  # the catalog's view reads a glob: needed once, not on every write
-            from warehouse.catalog import build_catalog
-
-            build_catalog(warehouse)
+        write_collectives(warehouse, job, table)
     return table
+
+
+def write_collectives(
+    warehouse: str | os.PathLike[str], job: str, table: pa.Table, *, catalog: bool = True
+) -> Path:
+    """Write the job's `collectives` table (atomically); the first such table also adds the
+    catalog's view unless `catalog` is False (the caller rebuilds the catalog itself)."""
+    target = collectives_file(warehouse, job)
+    marker = target.parent.parent / SCHEMA_FILE
+    new_table = not marker.exists()
+    if new_table:
+        write_parquet_atomic(COLLECTIVES.empty_table(), marker)
+    write_parquet_atomic(table, target)
+    if new_table and catalog:  # the catalog's view reads a glob: needed once, not on every write
+        from warehouse.catalog import build_catalog
+
+        build_catalog(warehouse)
+    return target
 
 
 # --------------------------------------------------------------------------------------------

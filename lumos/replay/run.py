@@ -252,7 +252,8 @@ def run(
         results = []
         for job in todo:
             try:
-                res = replay_job(con, job, collectives=job_collectives(wh.root, con, job))
+                coll = job_collectives(wh.root, con, job)
+                res = replay_job(con, job, collectives=coll)
             except Exception as exc:
                 if failures is None:
                     raise
@@ -260,6 +261,11 @@ def run(
                 continue
             if write:
                 write_job(wh.root, res)
+                if coll is not None:
+                    from lumos.replay.collectives import write_collectives
+
+                    # the caller rebuilds the catalog: this connection still reads it
+                    write_collectives(wh.root, job, coll, catalog=False)
             results.append(res)
         return results
     finally:
