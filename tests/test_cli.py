@@ -131,3 +131,19 @@ def test_ingest_bad_argument(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert "no trace files" in res.stderr and str(tmp_path / "empty_dir") in res.stderr
     assert not (tmp_path / "wh").exists()
+
+
+def test_replay_and_explain_say_why_a_job_has_no_iteration(
+    shared_traces: Path, tmp_path: Path
+) -> None:
+    """A trace recorded without the profiler's step schedule (no ProfilerStep#N) replays to
+    nothing: both commands say so instead of printing an empty table."""
+    wh = str(tmp_path / "wh")
+    trace = shared_traces / "hta/critical_path/simple_add"
+    assert lumos("ingest", str(trace), "--job", "nostep", "--warehouse", wh).returncode == 0
+    res = lumos("replay", "--job", "nostep", "--warehouse", wh)
+    assert res.returncode == 0, res.stderr
+    assert "job 'nostep': no ProfilerStep#N span" in res.stderr
+    res = lumos("explain", "--job", "nostep", "--warehouse", wh)
+    assert res.returncode == 2
+    assert "no iteration to explain" in res.stderr

@@ -91,10 +91,10 @@ def test_describe_cli_json_and_unknown_job(gt_warehouse, capsys):
     assert out["config"]["layers"] == 3 and out["fields"]["hidden"]["value"] == 48
     assert out["memory"]["memory_bytes"] > 0 and out["memory"]["fits"] is None  # CPU: unknown
     assert main(["describe", "--job", "nope", "--warehouse", str(gt_warehouse)]) == 2
-    assert "job 'nope' is not in the warehouse" in capsys.readouterr().out
+    assert "job 'nope' is not in the warehouse" in capsys.readouterr().err
     args = ["describe", "--job", "single", "--warehouse", str(gt_warehouse), "--base", "layrs=2"]
     assert main(args) == 2
-    assert "unknown key 'layrs'" in capsys.readouterr().out
+    assert "unknown key 'layrs'" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

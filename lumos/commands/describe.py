@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
         given = parse_overrides(args.base, "--base")
         inference = infer_base(Warehouse.open(args.warehouse), args.job, given)
     except (WarehouseNotFound, JobNotFound, ConfigError) as exc:
-        print(f"lumos describe: {exc}")
+        print(f"lumos describe: {exc}", file=sys.stderr)
         return 2
     memory = None
     try:

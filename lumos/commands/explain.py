@@ -8,6 +8,7 @@ and prints them per rank and step.
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,7 +37,7 @@ def _run(args: argparse.Namespace) -> int:
         wh = Warehouse.open(args.warehouse)
         tables = explain_job(wh.root, args.job)
     except (WarehouseNotFound, ExplainInputError) as exc:
-        print(f"lumos explain: {exc}")
+        print(f"lumos explain: {exc}", file=sys.stderr)
         return 2
 
     def keep(r: dict) -> bool:
@@ -54,12 +55,38 @@ def _run(args: argparse.Namespace) -> int:
         if keep(r):
             crit.setdefault((r["rank"], r["step"], r["mode"]), []).append(r)
     if not bd and not crit:
-        print(
-            f"lumos explain: job {args.job!r} has no step matching rank={args.rank} "
-            f"step={args.step}"
-        )
+        if args.rank is None and args.step is None:
+            print(
+                f"lumos explain: job {args.job!r} has no iteration to explain (no "
+                "ProfilerStep#N span in its trace)",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                f"lumos explain: job {args.job!r} has no step matching rank={args.rank} "
+                f"step={args.step}",
+                file=sys.stderr,
+            )
         return 2
-    print(f"job {args.job}: GPU span breakdown (ms; % of span) and mean SM utilisation")
+    if bd:
+        _print_breakdown(args.job, bd, util)
+    else:
+        print(f"job {args.job}: no GPU work in its steps (CPU only): no GPU span breakdown")
+    print()
+    print("critical path of the replayed step (share of first start .. last end of its tasks)")
+    for key in sorted(crit):
+        rank, step, mode = key
+        rows = sorted(crit[key], key=lambda r: -r["ns"])
+        win = rows[0]["window_end_ns"] - rows[0]["window_start_ns"]
+        parts = ", ".join(f"{r['category']} {100 * r['share']:.1f}%" for r in rows if r["ns"] > 0)
+        print(
+            f"{rank:>4} {step:>6} {mode:<9} {_ms(win):>9} ms, {rows[0]['n_nodes']} nodes: {parts}"
+        )
+    return 0
+
+
+def _print_breakdown(job: str, bd: list[dict], util: dict[tuple, list[float]]) -> None:
+    print(f"job {job}: GPU span breakdown (ms; % of span) and mean SM utilisation")
     print(
         f"{'rank':>4} {'step':>6} {'mode':<9} {'span':>9} {'exp.comp':>15} {'overlap':>15} "
         f"{'exp.comm':>15} {'idle':>15} {'SM util':>8} flags"
@@ -76,14 +103,3 @@ def _run(args: argparse.Namespace) -> int:
             f"{r['rank']:>4} {r['step']:>6} {r['mode']:<9} {_ms(r['span_ns']):>9} "
             f"{' '.join(cells)} {100 * sum(u) / max(len(u), 1):7.1f}% {flags}"
         )
-    print()
-    print("critical path of the replayed step (share of first start .. last end of its tasks)")
-    for key in sorted(crit):
-        rank, step, mode = key
-        rows = sorted(crit[key], key=lambda r: -r["ns"])
-        win = rows[0]["window_end_ns"] - rows[0]["window_start_ns"]
-        parts = ", ".join(f"{r['category']} {100 * r['share']:.1f}%" for r in rows if r["ns"] > 0)
-        print(
-            f"{rank:>4} {step:>6} {mode:<9} {_ms(win):>9} ms, {rows[0]['n_nodes']} nodes: {parts}"
-        )
-    return 0

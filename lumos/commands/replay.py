@@ -60,6 +60,26 @@ def _run(args: argparse.Namespace) -> int:
                 f"{100 * m['median_rel_error']:>7.2f}/{100 * m['max_rel_error']:<8.2f} "
                 f"{ident:>19} {slack:>9.2f}"
             )
+    for res in results:
+        why = _nothing_scored(res)
+        if why:
+            print(f"lumos replay: job {res.job!r}: {why}", file=sys.stderr)
     for job, message in sorted(failures.items()):
         print(f"lumos replay: job {job!r} could not be replayed: {message}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def _nothing_scored(res) -> str | None:  # noqa: ANN001
+    """Why a replayed job has no row in the table above (None when it has some)."""
+    if res.tables["replay_quality"].num_rows:
+        return None
+    it = res.tables["iterations"]
+    if it.num_rows == 0:
+        return (
+            "no ProfilerStep#N span in its trace, so there is no iteration to replay; "
+            "profile with torch.profiler.schedule and call prof.step() every iteration"
+        )
+    return (
+        f"all {it.num_rows} traced step(s) are warm-up or truncated, so none is scored "
+        "(the first traced step is warm-up; profile a few more steps)"
+    )

@@ -40,6 +40,19 @@ class JobNotFound(LookupError):
     """The warehouse holds no events for the job."""
 
 
+def known_jobs(con) -> list[str]:  # noqa: ANN001
+    """The jobs the catalog on `con` holds a readable trace of."""
+    return [r[0] for r in con.execute(lumos_sql.load("estimate/known_jobs")).fetchall()]
+
+
+def job_not_found(con, job: str) -> JobNotFound:  # noqa: ANN001
+    """The error for a job the catalog on `con` does not hold, naming the jobs it does."""
+    known = known_jobs(con)
+    return JobNotFound(
+        f"job {job!r} is not in the warehouse (known: {', '.join(known[:20]) or 'none'})"
+    )
+
+
 @dataclass(frozen=True)
 class Evidence:
     value: Any
@@ -368,10 +381,7 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
             raise ConfigError(f"--base: unknown key {key!r}")
     meta = _rows(con, "meta", job=job)
     if not meta:
-        known = [r[0] for r in con.execute("SELECT DISTINCT job FROM events ORDER BY 1").fetchall()]
-        raise JobNotFound(
-            f"job {job!r} is not in the warehouse (known: {', '.join(known[:20]) or 'none'})"
-        )
+        raise job_not_found(con, job)
     names = _rows(con, "names", job=job)
     gemm_rows = _rows(con, "gemms", job=job)
     attn_rows = _rows(con, "attention", job=job)

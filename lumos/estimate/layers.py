@@ -553,6 +553,11 @@ def extract_template(wh: Any, job: str, rank: int | None = None, *, cache: bool 
         cur = con.execute(lumos_sql.load("estimate/template_tasks"), {"job": job})
         cols = [d[0] for d in cur.description]
         rows = [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+        if not rows:
+            from lumos.estimate.infer import job_not_found, known_jobs
+
+            if job not in known_jobs(con):
+                raise job_not_found(con, job)
     finally:
         con.close()
     if not rows:

@@ -248,7 +248,10 @@ def run(
         known = set(list_jobs(con))
         missing = [j for j in todo if j not in known]
         if missing:
-            raise ValueError(f"{wh.root}: no ingested trace for job(s) {missing}")
+            raise ValueError(
+                f"{wh.root}: job(s) {', '.join(map(repr, missing))} not in the warehouse "
+                f"(known: {', '.join(sorted(known)[:20]) or 'none'})"
+            )
         results = []
         for job in todo:
             try:
