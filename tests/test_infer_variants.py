@@ -61,3 +61,15 @@ def test_estimate_of_the_traced_configuration_is_the_traced_step(variants_wh, va
     )
     measured = float(steps["m"][0])
     assert abs(pred / measured - 1) < 0.02, (pred, measured)
+
+
+def test_a_compiled_step_is_refused_with_the_reason():
+    """torch.compile fuses a step's operators into regions (Dynamo's `Torch-Compiled Region`,
+    AOTAutograd's `CompiledFunction`): no per-layer operators are left to repeat, and the error
+    says so instead of reporting missing attention operators."""
+    from lumos.estimate.layers import TemplateError, _period_layers
+
+    names = ["TorchDynamo Cache Lookup", "Torch-Compiled Region: 0/0", "aten::add_"]
+    rows = [{"name": n} for n in names]
+    with pytest.raises(TemplateError, match="torch.compile'd graphs .*Torch-Compiled Region"):
+        _period_layers(rows, list(range(len(rows))), "job")

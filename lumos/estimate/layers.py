@@ -289,6 +289,11 @@ def _is_loss(name: str) -> bool:
     return any(x in s for x in ("cross_entropy", "nll_loss", "mse_loss"))
 
 
+def _is_compiled(name: str) -> bool:
+    """A torch.compile region or its autograd function (Dynamo and AOTAutograd's names)."""
+    return name.startswith("Torch-Compiled Region") or name.startswith("CompiledFunction")
+
+
 def _is_bwd(name: str) -> bool:
     return name.startswith("autograd::")
 
@@ -308,6 +313,14 @@ def _period_layers(rows: list[dict[str, Any]], fwd: list[int], job: str) -> list
     """
     names = [rows[i]["name"] for i in fwd]
     att = [j for j, n in enumerate(names) if _is_attn(n)]
+    compiled = sorted({str(r["name"]) for r in rows if _is_compiled(str(r["name"]))})
+    if len(att) < 2 and compiled:
+        raise TemplateError(
+            f"{job}: the step runs as torch.compile'd graphs ({', '.join(compiled[:3])}): their "
+            "operators are fused into one region per graph, so there are no per-layer operators "
+            "to re-time or repeat; estimate from a trace of the same model run eagerly (without "
+            "torch.compile)"
+        )
     if len(att) < 2:
         raise TemplateError(
             f"{job}: {len(att)} attention operator(s) in the traced step and no layer annotation "
