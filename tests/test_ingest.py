@@ -175,7 +175,7 @@ def test_single_file_without_rank_is_rank_0_and_job_is_stem(
     [b] = ingest([two / "b.json"], warehouse=warehouse_dir, job="two_b").files
     assert (b.action, b.job) == ("ingested", "two_b"), b.error
     assert query(
-        warehouse_dir, "select job, status from traces where job like 'two%' order by 1"
+        warehouse_dir, "select job, status from traces where job like 'two%' order by 1, 2"
     ) == [
         ("two", "ok"),
         ("two", "refused"),
