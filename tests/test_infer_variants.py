@@ -73,3 +73,19 @@ def test_a_compiled_step_is_refused_with_the_reason():
     rows = [{"name": n} for n in names]
     with pytest.raises(TemplateError, match="torch.compile'd graphs .*Torch-Compiled Region"):
         _period_layers(rows, list(range(len(rows))), "job")
+
+
+def test_the_fleet_matches_ops_at_their_dtype(variants_wh):
+    """The fleet's op-speed comparison (estimate/job_speed.sql) keys ops by name, shapes and
+    dtypes: the bf16 job's GEMMs and attention have the fp32 job's shapes but run other kernels,
+    so most of its op time finds no match; the fp32 checkpointed job matches almost all of its
+    time. Keyed by shapes alone, the bf16 job matched ~90% of its time, and a
+    warehouse holding both slowed every estimate of the fp32 job (the share is the matched
+    time over the job's op time, estimate/job_speed.sql)."""
+    from lumos.api import Warehouse
+    from lumos.estimate.fleet_sql import fleet_rows
+
+    (rows,), why = fleet_rows(Warehouse.open(variants_wh), ["job_speed"], "plain")
+    assert why is None, why
+    share = {job: s for job, _ratio, _keys, s in rows}
+    assert share["full"] > 0.9 and share["bf16"] < 0.5, share

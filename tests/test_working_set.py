@@ -101,16 +101,18 @@ def test_job_speed_on_the_corpus(corpus_wh):
     assert set(got) == {"layers_x0.5", "layers_x2", "hidden_x2", "micro_batch_x2"}
     con = duckdb.connect(str(wh.catalog), read_only=True)
     ev = con.execute(
-        "SELECT job, name, input_dims, dur_ns FROM events WHERE cat = 'cpu_op' AND ph = 'X' "
-        "AND dur_ns > 0 AND job IN ('base', 'layers_x0.5', 'layers_x2')"
+        "SELECT job, name, input_dims, input_types, dur_ns FROM events WHERE cat = 'cpu_op' "
+        "AND ph = 'X' AND dur_ns > 0 AND job IN ('base', 'layers_x0.5', 'layers_x2')"
     ).df()
     con.close()
     ev = ev[ev.input_dims.fillna("").str.contains("[0-9]", regex=True)]
     ev = ev[~ev.name.str.startswith(("c10d::", "gloo:")) & ~ev.name.str.contains("nccl")]
-    med = ev.groupby(["job", "name", "input_dims"]).dur_ns.agg(["median", "count"]).reset_index()
-    base = med[med.job == "base"].set_index(["name", "input_dims"])["median"]
+    # an op is its name, shapes and dtypes
+    ev["key"] = ev.input_dims.fillna("") + " " + ev.input_types.fillna("")
+    med = ev.groupby(["job", "name", "key"]).dur_ns.agg(["median", "count"]).reset_index()
+    base = med[med.job == "base"].set_index(["name", "key"])["median"]
     for job in ("layers_x0.5", "layers_x2"):
-        m = med[med.job == job].set_index(["name", "input_dims"])
+        m = med[med.job == job].set_index(["name", "key"])
         m = m[m.index.isin(base.index)]
         ratio = (m["count"] * m["median"]).sum() / (m["count"] * base[m.index]).sum()
         assert got[job] == pytest.approx(ratio, rel=1e-9)

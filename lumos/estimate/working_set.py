@@ -1,7 +1,7 @@
 """What the warehouse's other jobs teach about the working set: bigger training state, slower ops.
 
 On a CPU, a rank's weights, gradients, optimizer moments and activations compete for the same
-caches, so an operator of identical name and input shapes runs slower in a job whose state is
+caches, so an operator of identical name, input shapes and dtypes runs slower in a job whose state is
 larger. On the corpus machine, against the 4-layer base: the 2-layer job's ops ran 6% faster and
 the 8-layer job's 4% slower (time-weighted); a hold-out 12-layer job ran the same GEMMs 11%
 slower. Re-timing by FLOPs and shapes cannot see this, and it was the largest error left on
@@ -9,7 +9,7 @@ layer-count targets (the 2-layer job was over-predicted by 9%).
 
 The warehouse teaches it per device (`lumos_sql/estimate/job_speed.sql`): for each other job of
 the base's device and world size, the time-weighted ratio of its ops to the base's ops of the same
-(name, shapes), against the ratio of its per-rank state (`memory.estimate_memory` of its inferred
+(name, shapes, dtypes), against the ratio of its per-rank state (`memory.estimate_memory` of its inferred
 configuration) to the base's. The slope of log speed on log state, through the origin and
 weighted by the share of the job's op time that matched, is `beta`: a target's CPU work is scaled
 by (state ratio) ** beta. The state ratio is clamped to the range the fleet covered (cache effects

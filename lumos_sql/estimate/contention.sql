@@ -1,6 +1,6 @@
 -- contention: how much slower the same operator runs when a job's ranks share one device, learned
 -- from the warehouse's own jobs (lumos/estimate/fleet.py). CPU ranks of one job share the host's
--- cores, caches and memory bandwidth, so an op of identical name and input shapes takes longer in
+-- cores, caches and memory bandwidth, so an op of identical name, input shapes and dtypes takes longer in
 -- a 2-rank job than in a single-rank one on the same device. Per multi-rank job: the time-weighted
 -- ratio of its ops' median durations to the single-rank jobs' medians of the same (name, shapes),
 -- over the slots of top-level compute ops only (collectives and their waits are the comm model's). Jobs named in
@@ -9,7 +9,9 @@
 WITH jobs AS (
     SELECT job, device, world FROM fleet_jobs($job, $exclude)
 ), raw AS (
-    SELECT e.job, e.rank, e.tid, e.event_idx, e.name, coalesce(e.input_dims, '') AS dims,
+    -- the key holds the dtypes too: the same shapes at another precision run other kernels
+    SELECT e.job, e.rank, e.tid, e.event_idx, e.name, coalesce(e.input_dims, '') AS shape,
+           concat(e.input_dims, ' ', e.input_types) AS dims,
            e.ts_ns, e.ts_ns + e.dur_ns AS end_ns
     FROM events AS e
     JOIN jobs AS j USING (job)
@@ -24,15 +26,15 @@ WITH jobs AS (
 ), slots AS (
     -- an op's slot runs to the next top-level op's start: its duration plus the Python and
     -- dispatch time after it, which sharing the cores slows as much as the op itself
-    SELECT job, name, dims,
+    SELECT job, name, shape, dims,
            lead(ts_ns) OVER (PARTITION BY job, rank, tid ORDER BY ts_ns, event_idx) - ts_ns AS slot
     FROM top WHERE is_top
 ), ops AS (
     SELECT job, name, dims, slot AS dur_ns FROM slots
     -- only ops whose shapes are recorded: a backward function's name alone matches ops of other
     -- sizes in other jobs
-    WHERE slot > 0 AND regexp_matches(dims, '[0-9]') AND name NOT LIKE 'c10d::%' AND name NOT LIKE '%nccl%'
-      AND name NOT LIKE 'gloo:%'
+    WHERE slot > 0 AND regexp_matches(shape, '[0-9]') AND name NOT LIKE 'c10d::%'
+      AND name NOT LIKE '%nccl%' AND name NOT LIKE 'gloo:%'
 ), per_job AS (
     SELECT job, name, dims, count(*) AS n, median(dur_ns) AS med
     FROM ops GROUP BY job, name, dims

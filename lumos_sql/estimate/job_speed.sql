@@ -1,14 +1,16 @@
 -- job_speed: how fast the same operators run in the warehouse's other jobs than in the base job,
 -- on the same device and world size (lumos/estimate/working_set.py). On a CPU the training state
 -- (weights, gradients, optimizer moments, activations) competes for the caches, so an op of
--- identical name and input shapes runs slower in a job whose state is larger. Per other job: the
+-- identical name, input shapes and dtypes runs slower in a job whose state is larger. Per other job: the
 -- time-weighted ratio of its ops' median durations to the base's medians of the same (name,
 -- shapes). Jobs named in $exclude are left out (accuracy checks predict a job without learning
 -- from it). Columns: job, ratio, matched op keys, matched time share of the job's op time.
 WITH jobs AS (
     SELECT job, device, world FROM fleet_jobs($job, $exclude)
 ), ops AS (
-    SELECT e.job, e.name, e.input_dims AS dims, count(*) AS n, median(e.dur_ns) AS med
+    -- the key holds the dtypes too: the same shapes at another precision run other kernels
+    SELECT e.job, e.name, concat(e.input_dims, ' ', e.input_types) AS dims, count(*) AS n,
+           median(e.dur_ns) AS med
     FROM events AS e
     JOIN jobs AS j USING (job)
     -- CPU devices only: a GPU trace's CPU op is the launch, which the state does not slow
@@ -18,7 +20,7 @@ WITH jobs AS (
       -- only ops whose shapes are recorded: a name alone matches ops of other sizes
       AND regexp_matches(coalesce(e.input_dims, ''), '[0-9]')
       AND e.name NOT LIKE 'c10d::%' AND e.name NOT LIKE '%nccl%' AND e.name NOT LIKE 'gloo:%'
-    GROUP BY e.job, e.name, e.input_dims
+    GROUP BY ALL
 ), base AS (
     SELECT name, dims, med FROM ops WHERE job = $job
 ), matched AS (

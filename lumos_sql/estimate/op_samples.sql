@@ -11,11 +11,17 @@ WITH jobs AS (
     SELECT job FROM fleet_jobs($job, $exclude)
     WHERE ranks = 1 AND world = 1 AND device = 'cpu'
       AND device = (SELECT device FROM fleet_jobs($job, $exclude) WHERE is_base)
+), base_types AS (
+    -- the ops the base runs, at its dtypes: the same shapes at another precision run other
+    -- kernels, and would bend the curves the base's ops are re-timed with
+    SELECT DISTINCT name, input_types FROM events WHERE job = $job AND cat = 'cpu_op'
 )
 SELECT e.name, e.input_dims, e.job, count(*) AS n, median(e.dur_ns) AS med_ns
 FROM events AS e
 JOIN jobs USING (job)
+SEMI JOIN base_types AS b
+  ON b.name = e.name AND b.input_types IS NOT DISTINCT FROM e.input_types
 WHERE e.cat = 'cpu_op' AND e.ph = 'X' AND e.dur_ns > 0
   AND e.input_dims IS NOT NULL AND e.input_dims <> '[]'
-GROUP BY ALL
+GROUP BY e.name, e.input_dims, e.job
 ORDER BY e.job, e.name, e.input_dims;
