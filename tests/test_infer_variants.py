@@ -89,3 +89,17 @@ def test_the_fleet_matches_ops_at_their_dtype(variants_wh):
     assert why is None, why
     share = {job: s for job, _ratio, _keys, s in rows}
     assert share["full"] > 0.9 and share["bf16"] < 0.5, share
+
+
+def test_a_base_that_disagrees_with_the_traced_layers_is_warned(variants_wh):
+    """The template is the traced step: a base configuration with another layer count (a wrong
+    `--base`, or a miscounted trace) makes every estimate start from a configuration that was
+    not traced, and each estimate says so."""
+    from lumos.estimate.estimator import Estimator
+
+    right = Estimator.open(variants_wh, "plain")
+    [p] = right.predict([right.base.replace(layers=6)])
+    assert not [w for w in p.warnings if "layer(s) per stage" in w], p.warnings
+    wrong = Estimator.open(variants_wh, "plain", base_overrides={"layers": 5})
+    [p] = wrong.predict([wrong.base.replace(layers=6)])
+    assert any("holds 3 layer(s) per stage" in w and "--base layers=3" in w for w in p.warnings)

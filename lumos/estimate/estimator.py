@@ -40,7 +40,14 @@ from lumos.estimate.fleet import Contention
 from lumos.estimate.fleet_slope import state_of
 from lumos.estimate.gemm_fleet import GemmCurve, role_gemms
 from lumos.estimate.idle_gaps import IdleGaps
-from lumos.estimate.layers import ROLE, ROLES, Template, extract_template, template_path
+from lumos.estimate.layers import (
+    BLOCK,
+    ROLE,
+    ROLES,
+    Template,
+    extract_template,
+    template_path,
+)
 from lumos.estimate.memory import MemoryEstimate, estimate_memory
 from lumos.estimate.op_fleet import OpTimes, calibrate_shapes
 from lumos.estimate.retime import (
@@ -188,6 +195,7 @@ class Estimator:
         self.comm = comm
         self.contention = contention or Contention(notes=["contention not modelled"])
         self.base_notes = base_notes
+        self._layer_warning = _layer_mismatch(tpl, base)
         fixed, self.overheads = split_fixed(tpl, base)
         self.fixed = fixed
         self.var = tpl.dur_ns - fixed
@@ -428,7 +436,7 @@ class Estimator:
         return cg
 
     def _warnings(self, cfg: ModelConfig, ratio: np.ndarray, beyond: list[str]) -> list[str]:
-        out = extrapolation(ratio, self._used_mask)
+        out = self._layer_warning + extrapolation(ratio, self._used_mask)
         if beyond:
             out.append(
                 f"GEMM shape(s) (m, k, n) {', '.join(sorted(set(beyond)))} beyond those the "
@@ -580,6 +588,22 @@ def ddp_buckets(grad_bytes: float) -> tuple[float, float]:
     rest = grad_bytes - DDP_FIRST_BUCKET
     last = rest % DDP_BUCKET or DDP_BUCKET
     return float(grad_bytes - last), float(last)
+
+
+def _layer_mismatch(tpl: Template, base: ModelConfig) -> list[str]:
+    """A warning when the traced step holds another number of layers than the base
+    configuration says (per pipeline stage): every estimate then starts from a configuration
+    that is not the traced one, and even the base's own estimate misses its step."""
+    traced = len({int(x) for x in tpl.layer[tpl.block == BLOCK["f_layer"]]})
+    per_stage = {base.layers // base.pp, -(-base.layers // base.pp)}
+    if traced == 0 or traced in per_stage:
+        return []
+    return [
+        f"the traced step holds {traced} layer(s) per stage but the base configuration says "
+        f"{base.layers} over pp {base.pp}: estimates start from a configuration that is not "
+        "the traced one; check the layers inferred by `lumos describe`, or pass "
+        f"--base layers={traced * base.pp}"
+    ]
 
 
 def _world(cfg: ModelConfig) -> int:
