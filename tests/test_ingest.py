@@ -219,6 +219,12 @@ def test_same_job_rank_with_different_content_refuses_the_second(
 # ----------------------------------------------------------------------------------- bad inputs
 
 
+def _with_world_size(text: bytes, world: int) -> bytes:
+    doc = json.loads(text)
+    doc["distributedInfo"] = {**doc.get("distributedInfo", {}), "world_size": world}
+    return json.dumps(doc).encode()
+
+
 def _bad_inputs(examples: Path, tmp: Path) -> dict[str, Path]:
     good = (examples / "nccl_a100" / "nccl_data.json.gz").read_bytes()
     text = gzip.decompress(good)
@@ -232,6 +238,8 @@ def _bad_inputs(examples: Path, tmp: Path) -> dict[str, Path]:
         "missing_trace_events.json": json.dumps(
             {"schemaVersion": 1, "deviceProperties": []}
         ).encode(),
+        # a world size the manifest cannot hold (found by fuzzing: a crash that left orphans)
+        "huge_world.json": _with_world_size(text, 2**40),
         "ts_string.json": json.dumps(
             {"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": "soon", "dur": 1}]}
         ).encode(),

@@ -192,3 +192,54 @@ def test_real_files_that_are_not_kineto(shared_traces: Path, rel: str, words: li
     path = shared_traces / rel
     msg = expect(NotKinetoTrace, path, *words)
     assert words[0] in sniff(path), msg
+
+
+@pytest.mark.parametrize("chunk_bytes", [32 << 20, 4096])
+def test_trailing_comma_after_the_last_member(real_text: str, tmp_path: Path, chunk_bytes) -> None:
+    """`{..., "traceEvents": [...],}` is not JSON (found by fuzzing: it was accepted)."""
+    p = tmp_path / "comma.json"
+    p.write_text(real_text.rstrip().removesuffix("}") + ",}")
+    expect(MalformedTrace, p, "invalid JSON", chunk_bytes=chunk_bytes)
+
+
+def test_deep_nesting_in_a_top_level_member(real_text: str, tmp_path: Path) -> None:
+    """Nesting deeper than the JSON parser's recursion limit in a metadata member is a clean
+    refusal, not an internal error (which ingest retries on every run)."""
+    p = tmp_path / "deep.json"
+    p.write_text('{"deep": ' + "[" * 100_000 + "]" * 100_000 + ", " + real_text.lstrip()[1:])
+    expect(MalformedTrace, p, "nesting too deep")
+
+
+def test_decimal_digits_below_the_nanosecond(real_text: str, tmp_path: Path) -> None:
+    """Trailing zeros and digits far below the nanosecond are legal JSON: the value is the
+    exact one rounded half to even (they used to overflow the 19-digit mantissa)."""
+    doc = json.loads(real_text)
+    ev = next(e for e in doc["traceEvents"] if e.get("ph") == "X")
+    k = doc["traceEvents"].index(ev)
+    base = int(ev["ts"])
+    cases = {"0000000000000000000000": 0, "0004999999999999999999": 0, "0005000000000000000001": 1}
+    for frac, up in cases.items():
+        text = json.dumps(doc).replace(f'"ts": {json.dumps(ev["ts"])}', f'"ts": {base}.{frac}', 1)
+        p = tmp_path / f"ts_{frac}.json"
+        p.write_text(text)
+        table = open_trace(p).read_all()
+        assert table.column("ts_ns")[k].as_py() == base * 1000 + up, frac
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"null", ["a JSON null", "traceEvents"]),
+        (b"12345", ["a JSON number"]),
+        (b'"a string"', ["a JSON string"]),
+        (b"hello world", ["not JSON: text starting with 'hello world'"]),
+        (b'{"traceEvents": null}', ["traceEvents is not an array"]),
+        (b'{"schemaVersion": 1, "traceEvents": {"ph": "X"}}', ["traceEvents is not an array"]),
+    ],
+)
+def test_what_a_non_trace_is_is_named(tmp_path: Path, content: bytes, words: list[str]) -> None:
+    """Found by fuzzing: JSON scalars and plain text were all called 'binary data', and a
+    traceEvents that is not an array 'invalid JSON'."""
+    p = tmp_path / "x.json"
+    p.write_bytes(content)
+    expect(TraceError, p, *words)

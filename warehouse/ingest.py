@@ -389,6 +389,10 @@ def _parse_one(task: _Task) -> _Staged:
         out.events_tmp, out.meta_tmp = events_tmp, meta_tmp
         schema_version = _meta_get(meta, "schema_version")
         world_size = _meta_get(meta, "world_size")
+        if world_size is not None and not 1 <= world_size < 2**31:
+            raise TraceError(
+                planned.path, f"distributedInfo.world_size {world_size} is out of range"
+            )
         out.manifest = {
             "device": _meta_get(meta, "device"),
             "world_size": None if world_size is None else int(world_size),

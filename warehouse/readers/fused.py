@@ -26,6 +26,7 @@ from warehouse.readers.scanner import (
     E_EVENT_NOT_OBJECT,
     E_NOT_OBJECT,
     E_SYNTAX,
+    E_TE_NOT_ARRAY,
     E_TRAILING,
     MAX_MEMBERS,
     P_AFTER,
@@ -35,6 +36,7 @@ from warehouse.readers.scanner import (
     P_EVAFTER,
     P_KEY,
     P_MEMBER,
+    P_NEXT_KEY,
     P_START,
     P_VALUE,
     _skip_string,
@@ -493,7 +495,7 @@ def scan(
             i += 1
             clean = i
             clean_phase = phase
-        elif phase == P_KEY:
+        elif phase == P_KEY or phase == P_NEXT_KEY:
             if c == 34:
                 k = _skip_string(buf, i + 1, n)
                 if k < 0:
@@ -509,7 +511,7 @@ def scan(
                             break
                 phase = P_COLON
                 i = k
-            elif c == 125:
+            elif c == 125 and phase == P_KEY:
                 phase = P_END
                 i += 1
                 clean = i
@@ -530,7 +532,7 @@ def scan(
                     return E_DUPLICATE
                 if c != 91:
                     state[S_ERR_POS] = i
-                    return E_SYNTAX
+                    return E_TE_NOT_ARRAY
                 seen_te = 1
                 phase = P_ARRAY
                 ev_expect = 2
@@ -543,7 +545,7 @@ def scan(
                 phase = P_MEMBER
         elif phase == P_AFTER:
             if c == 44:
-                phase = P_KEY
+                phase = P_NEXT_KEY
             elif c == 125:
                 phase = P_END
             else:

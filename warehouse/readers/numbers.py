@@ -34,7 +34,9 @@ ERROR_TEXT = {
 # How a column treats values that are not plain numbers.
 M_NUMBER = 0  # ts/dur: a number or null, anything else is an error
 M_LABEL = 1  # pid/tid: an integer, or a string whose first integer is taken ("stream 7" → 7)
-M_LENIENT = 2  # promoted args: integers and int-like strings ("7", "0x0"); anything else → null
+# promoted args: integers and int-like strings ("7", "0x0"); other types → null; an integer
+# beyond int64 is refused like any other (a wrong id would mislink the graph silently)
+M_LENIENT = 2
 
 _INT64_MAX = np.int64(9223372036854775807)
 _POW10 = np.array([10**k for k in range(19)], dtype=np.int64)
@@ -60,18 +62,36 @@ def _number(buf, a, b, scale):  # pragma: no cover - numba
     frac = 0
     exp = 0
     is_int = True
+    full = False  # fraction digits were dropped: the first one is `guard`,
+    guard = np.int64(0)
+    sticky = False  # and a later one is not zero
     if p < b and buf[p] == 46:
         is_int = False
         p += 1
-        f0 = p
+        # Zeros are taken in only when a non-zero digit follows (trailing zeros change nothing).
+        # Fraction digits past what the mantissa holds lie far below the unit: they are dropped
+        # and only say whether the rounding below is a tie ("1.000000000000000000001" is 1).
+        zeros = 0
         while p < b and 48 <= buf[p] <= 57:
             d = np.int64(buf[p] - 48)
-            if nd >= 18 and mant > (_INT64_MAX - d) // 10:
-                return np.int64(0), E_OVERFLOW, False
-            mant = mant * 10 + d
-            nd += 1
             p += 1
-        frac = p - f0
+            if d == 0:
+                zeros += 1
+                continue
+            if full:
+                sticky = True
+                continue
+            for z in range(zeros + 1):
+                dd = d if z == zeros else np.int64(0)
+                if nd >= 18 and mant > (_INT64_MAX - dd) // 10:
+                    full = True
+                    guard = dd
+                    sticky = z < zeros  # the non-zero digit after the dropped zeros
+                    break
+                mant = mant * 10 + dd
+                nd += 1
+                frac += 1
+            zeros = 0
     if p < b and (buf[p] == 101 or buf[p] == 69):
         is_int = False
         p += 1
@@ -86,6 +106,15 @@ def _number(buf, a, b, scale):  # pragma: no cover - numba
         if eneg:
             exp = -exp
     shift = scale + exp - frac
+    if full and shift > 0:  # the dropped digits were at or above the unit after all
+        return np.int64(0), E_OVERFLOW, is_int
+    if full and shift == 0:  # the dropped digits are the fraction of the unit: round them
+        v = mant
+        if guard > 5 or (guard == 5 and (sticky or (v & 1) == 1)):
+            if v == _INT64_MAX:
+                return np.int64(0), E_OVERFLOW, is_int
+            v += 1
+        return (-v if neg else v), 0, is_int
     if mant == 0:
         v = np.int64(0)
     elif shift >= 0:
@@ -95,13 +124,17 @@ def _number(buf, a, b, scale):  # pragma: no cover - numba
         if mant > _INT64_MAX // m:
             return np.int64(0), E_OVERFLOW, is_int
         v = mant * m
-    elif -shift > 18:
-        v = np.int64(0)  # mant < 2**63 < 10**19 / 2: rounds to zero
+    elif -shift > 19:
+        v = np.int64(0)  # mant < 2**63 < 10**20 / 2: rounds to zero
+    elif -shift == 19:  # 10**19 does not fit: compare with its half
+        half = np.int64(5) * _POW10[18]
+        up = mant > half or (mant == half and (guard > 0 or sticky))
+        v = np.int64(1) if up else np.int64(0)
     else:
         m = _POW10[-shift]
         q = mant // m
         r = mant - q * m
-        if 2 * r > m or (2 * r == m and (q & 1) == 1):
+        if 2 * r > m or (2 * r == m and (guard > 0 or sticky or (q & 1) == 1)):
             q += 1
         v = q
     return (-v if neg else v), 0, is_int

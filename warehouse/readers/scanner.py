@@ -21,6 +21,7 @@ P_ARRAY = 6  # '{' or ']' inside traceEvents
 P_EVENT = 7  # inside an event object
 P_EVAFTER = 8  # ',' or ']' after an event
 P_END = 9  # only whitespace after the closing '}'
+P_NEXT_KEY = 10  # a member key '"' after ',' (no '}': a trailing comma is not JSON)
 
 # Error codes (negative return of `scan`), mapped to messages by the reader.
 E_NOT_OBJECT = -1  # first non-blank byte is not '{'
@@ -28,6 +29,7 @@ E_SYNTAX = -2  # unexpected byte for the phase
 E_EVENT_NOT_OBJECT = -3  # an element of traceEvents is not an object
 E_TRAILING = -4  # bytes after the closing brace
 E_DUPLICATE = -5  # traceEvents appears twice
+E_TE_NOT_ARRAY = -7  # traceEvents' value is not an array (-6 is fused.E_EVENT_JSON)
 
 MAX_MEMBERS = 64
 

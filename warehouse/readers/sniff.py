@@ -46,6 +46,26 @@ def describe_binary(head: bytes) -> str:
     return f"not JSON: binary data (first bytes {first})"
 
 
+def describe_other(text: bytes) -> str:
+    """What a file whose content is neither a JSON object nor an array is: binary data, a JSON
+    scalar, or other text."""
+    if any(b < 9 or 13 < b < 32 for b in text[:64]):
+        return describe_binary(text)
+    try:
+        sample = text[:64].decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.start < min(len(text), 64) - 3:  # not just a character cut by the sample's end
+            return describe_binary(text)
+        sample = text[: err.start].decode("utf-8")
+    kinds = (("null", "null"), ("true", "boolean"), ("false", "boolean"), ('"', "string"))
+    kind = next((k for word, k in kinds if sample.startswith(word)), None)
+    if kind is None and sample[:1] in "-0123456789":
+        kind = "number"
+    if kind is not None:
+        return f"a JSON {kind}, not a trace (a Kineto trace is a JSON object with traceEvents)"
+    return f"not JSON: text starting with {sample[:32]!r}"
+
+
 def describe_head(head: bytes, gz: bool, error: str | None, size: int) -> str:
     """One line for the first bytes of a (decompressed) file."""
     wrap = "gzip'd " if gz else ""
@@ -60,7 +80,7 @@ def describe_head(head: bytes, gz: bool, error: str | None, size: int) -> str:
     if first == b"[":
         return wrap + describe_array(text)
     if first != b"{":
-        return describe_binary(head)
+        return wrap + describe_other(text)
     keys = [k.decode("utf-8", "replace") for k in _KEYS.findall(text[:4096])]
     if "traceEvents" in keys or b'"traceEvents"' in text:
         legacy = b'"cat": "Kernel"' in text or b'"cat": "Operator"' in text

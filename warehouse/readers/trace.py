@@ -182,6 +182,10 @@ class KinetoTrace:
             raise MalformedTrace(
                 self.path, f"invalid JSON in top-level member at byte {at}: {err}"
             ) from None
+        except RecursionError:
+            raise MalformedTrace(
+                self.path, f"top-level member at byte {at}: nesting too deep"
+            ) from None
         self.meta.top_level[key] = value
 
     def _refuse_early(self, pending: int) -> None:
@@ -226,6 +230,8 @@ class KinetoTrace:
                 f"invalid JSON in traceEvents element {n_events} at byte {at}: {reason} "
                 f"({snippet!r})",
             )
+        if rc == sc.E_TE_NOT_ARRAY:
+            raise MalformedTrace(self.path, f"traceEvents is not an array (byte {at}: {snippet!r})")
         if rc == sc.E_DUPLICATE:
             raise MalformedTrace(self.path, f"a second traceEvents array at byte {at}")
         if rc == sc.E_TRAILING:
