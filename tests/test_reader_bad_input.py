@@ -243,3 +243,16 @@ def test_what_a_non_trace_is_is_named(tmp_path: Path, content: bytes, words: lis
     p = tmp_path / "x.json"
     p.write_bytes(content)
     expect(TraceError, p, *words)
+
+
+def test_an_escaped_label_is_not_read_as_its_escape_digits(tmp_path: Path) -> None:
+    """Found by fuzzing: `"pid": "\\u0037"` (the label "7", escaped) was stored as pid 37, read
+    from the escape's digits. The label keeps its decoded text; no integer is made up."""
+    p = tmp_path / "esc.json"
+    p.write_text(
+        '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "k", "pid": "\\u0037", '
+        '"tid": "stream 3", "ts": 1000, "dur": 5}]}'
+    )
+    row = open_trace(p).read_all().to_pylist()[0]
+    assert (row["pid"], row["pid_label"]) == (None, "7")
+    assert (row["tid"], row["tid_label"]) == (3, "stream 3")

@@ -196,6 +196,10 @@ def _int_in_string(buf, a, b, hex_ok):  # pragma: no cover - numba
             return np.int64(0), False, False  # a huge number in a label: no integer part
         v = v * 10 + d
         p += 1
+    # an escape before or in the digits ("\u0037" is "7", not 37): the raw text is not the label
+    for q in range(a, p):
+        if buf[q] == 92:
+            return np.int64(0), False, False
     return (-v if neg else v), True, False
 
 
