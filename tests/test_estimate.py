@@ -6,13 +6,12 @@ template cut without the trainer's annotations (the same run's trace with them s
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
+from torch_traces import require_torch
 
 from lumos.cli import main
 
@@ -22,10 +21,7 @@ TINY = dict(layers=2, hidden=32, heads=2, seq=16, micro_batch=2, num_micro_batch
 @pytest.fixture(scope="module")
 def gt_warehouse(tmp_path_factory) -> Path:
     """One real single-rank run (~10 s), ingested."""
-    if importlib.util.find_spec("torch") is None:
-        if os.environ.get("CI"):
-            pytest.fail("torch is not installed; CI must install the train extra")
-        pytest.skip("torch is not installed (pip install -e '.[train]')")
+    require_torch()
     from lumos.groundtruth.config import RunControl, make_config
     from lumos.groundtruth.runner import run_config
     from warehouse.ingest import ingest

@@ -8,13 +8,12 @@ The torch tests skip when torch is missing, except under CI (`CI` set), where th
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from torch_traces import require_torch
 from trace_steps import check_measured, read_trace
 
 from lumos.groundtruth.config import ConfigError, default_grid, load_grid, make_config, parse_grid
@@ -27,10 +26,7 @@ CONTROL = dict(repeat=1, steps=2, warmup=1)
 
 @pytest.fixture(scope="module")
 def torch_ok() -> None:
-    if importlib.util.find_spec("torch") is None:
-        if os.environ.get("CI"):
-            pytest.fail("torch is not installed; CI must install the train extra")
-        pytest.skip("torch is not installed (pip install -e '.[train]')")
+    require_torch()
 
 
 def _run(tmp: Path, name: str, layout: str = "merged", repeat: int = 1, **kw) -> Path:

@@ -5,12 +5,11 @@ low confidence, and `--base` overrides win and bad ones are refused."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
+from torch_traces import require_torch
 
 from lumos.estimate.config import ConfigError, ModelConfig, parse_overrides
 
@@ -23,10 +22,7 @@ FIELDS += ("vocab", "dp", "pp", "tp")
 def gt_warehouse(tmp_path_factory) -> Path:
     """Two real runs (~12 s and ~20 s): one rank, and pp=2 with 1F1B over 4 micro-batches whose
     stages hold different layers and whose hidden size differs from the first run's."""
-    if importlib.util.find_spec("torch") is None:
-        if os.environ.get("CI"):
-            pytest.fail("torch is not installed; CI must install the train extra")
-        pytest.skip("torch is not installed (pip install -e '.[train]')")
+    require_torch()
     from lumos.groundtruth.config import RunControl, make_config
     from lumos.groundtruth.runner import run_config
     from warehouse.ingest import ingest

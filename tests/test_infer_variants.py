@@ -7,12 +7,10 @@ itself must reproduce the traced median step (the template is that step)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from pathlib import Path
 
 import pytest
-from torch_traces import TRUTH, VARIANTS, record
+from torch_traces import TRUTH, VARIANTS, record, require_torch
 
 EXPECTED = {
     "plain": dict(dtype_bytes=4, recompute="none"),
@@ -25,10 +23,7 @@ EXPECTED = {
 @pytest.fixture(scope="module")
 def variants_wh(tmp_path_factory) -> Path:
     """One job per variant, each recorded now (~1 s each)."""
-    if importlib.util.find_spec("torch") is None:
-        if os.environ.get("CI"):
-            pytest.fail("torch is not installed; CI must install the train extra")
-        pytest.skip("torch is not installed (pip install -e '.[train]')")
+    require_torch()
     from warehouse.ingest import ingest
 
     tmp = tmp_path_factory.mktemp("variants")

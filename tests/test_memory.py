@@ -3,10 +3,8 @@ out by hand here, and the parameter count against the ground-truth trainer's rea
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
+from torch_traces import require_torch
 
 from lumos.estimate.config import ModelConfig
 from lumos.estimate.memory import (
@@ -87,10 +85,7 @@ def test_pipeline_micro_batches_held():
 
 @pytest.fixture(scope="module")
 def torch_gt():
-    if importlib.util.find_spec("torch") is None:
-        if os.environ.get("CI"):
-            pytest.fail("torch is not installed; CI must install the train extra")
-        pytest.skip("torch is not installed (pip install -e '.[train]')")
+    require_torch()
     import torch
 
     from lumos.groundtruth import model

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from torch_traces import require_torch
 
 from lumos.estimate.sweep import GridError, load_grid, parse_constraint
 
@@ -77,13 +78,8 @@ TINY = dict(layers=2, hidden=32, heads=2, seq=16, micro_batch=2, num_micro_batch
 @pytest.fixture(scope="module")
 def real_estimator(tmp_path_factory):
     """The estimator of one real single-rank training run (~10 s), ingested."""
-    import importlib.util
-    import os
 
-    if importlib.util.find_spec("torch") is None:
-        if os.environ.get("CI"):
-            pytest.fail("torch is not installed; CI must install the train extra")
-        pytest.skip("torch is not installed (pip install -e '.[train]')")
+    require_torch()
     from lumos.estimate.estimator import Estimator
     from lumos.groundtruth.config import RunControl, make_config
     from lumos.groundtruth.runner import run_config

@@ -5,15 +5,28 @@ records every autocast op twice, nested) and activation checkpointing (the forwa
 inside the backward), of every block (`full`) or of the attention core only (`selective`).
 
 Used by tests/test_infer_variants.py; torch is imported only when a trace is recorded.
+`require_torch` is every torch test's guard.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from pathlib import Path
+
+import pytest
 
 # the model every variant trains: what inference must recover
 TRUTH = dict(layers=3, hidden=48, heads=4, ffn=192, seq=16, micro_batch=2, vocab=96)
 VARIANTS = ("plain", "bf16", "full", "selective")
+
+
+def require_torch() -> None:
+    """Skip the calling test without torch, except under CI (`CI` set), where that fails."""
+    if importlib.util.find_spec("torch") is None:
+        if os.environ.get("CI"):
+            pytest.fail("torch is not installed; CI must install the train extra")
+        pytest.skip("torch is not installed (pip install -e '.[train]')")
 
 
 def record(variant: str, out: Path, steps: int = 4) -> Path:
