@@ -383,8 +383,9 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
     if not meta:
         raise job_not_found(con, job)
     names = _rows(con, "names", job=job)
-    gemm_rows = _rows(con, "gemms", job=job)
-    attn_rows = _rows(con, "attention", job=job)
+    con.execute(lumos_sql.load("estimate/calls"), {"job": job})
+    gemm_rows = _rows(con, "gemms")
+    attn_rows = _rows(con, "attention")
     coll_rows = _rows(con, "collectives", job=job)
     ranks = sorted(int(r["rank"]) for r in meta)
     f = _Fields()
