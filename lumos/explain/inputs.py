@@ -108,19 +108,45 @@ class JobTables:
             )
 
 
-def _with_steps(con, job: str, schedules: pa.Table | None = None) -> JobTables:  # noqa: ANN001
-    """`schedules` as given when the caller holds it in memory: `JobTables.ranks` selects and
-    sorts each rank's and mode's rows itself, so a sorted copy through DuckDB is wasted work."""
+def _with_steps(
+    con,  # noqa: ANN001
+    job: str,
+    schedules: pa.Table | None = None,
+    tasks: pa.Table | None = None,
+) -> JobTables:
+    """`schedules` and `tasks` as given when the caller holds them in memory: `JobTables.ranks`
+    selects and sorts each rank's and mode's rows itself, so a sorted copy through DuckDB is
+    wasted work."""
     con.execute(lumos_sql.load("explain/task_steps"))
     if schedules is None:
         schedules = con.sql("SELECT * FROM schedules ORDER BY rank, mode, task").to_arrow_table()
     return JobTables(
         job,
-        con.sql("SELECT * FROM x_task").to_arrow_table(),
+        _task_steps(con, tasks),
         con.sql("SELECT * FROM iterations ORDER BY rank, step").to_arrow_table(),
         schedules,
         con.sql("SELECT * FROM deps ORDER BY rank, src, dst").to_arrow_table(),
     )
+
+
+def _task_steps(con, tasks: pa.Table | None) -> pa.Table:  # noqa: ANN001
+    """The job's tasks in (rank, task) order with their end, step and class (`x_task`)."""
+    if tasks is None:
+        tasks = con.sql("SELECT * FROM tasks").to_arrow_table()
+    order = pc.sort_indices(tasks, [("rank", "ascending"), ("task", "ascending")])
+    if not _is_identity(order):  # the replay writes them in this order
+        tasks = tasks.take(order)
+    steps = con.sql("SELECT step, cls FROM x_task").to_arrow_table()
+    end = pc.add(tasks.column("ts_ns"), tasks.column("dur_ns"))
+    return (
+        tasks.append_column("end_ns", end)
+        .append_column("step", steps.column("step"))
+        .append_column("cls", steps.column("cls"))
+    )
+
+
+def _is_identity(order: pa.Array) -> bool:
+    return bool(np.array_equal(order.to_numpy(), np.arange(len(order))))
 
 
 def from_tables(job: str, tables: Mapping[str, pa.Table]) -> JobTables:
@@ -134,7 +160,7 @@ def from_tables(job: str, tables: Mapping[str, pa.Table]) -> JobTables:
     try:
         for name in INPUT_TABLES:
             con.register(name, tables[name])
-        return _with_steps(con, job, schedules=tables["schedules"])
+        return _with_steps(con, job, schedules=tables["schedules"], tasks=tables["tasks"])
     finally:
         con.close()
 

@@ -1,6 +1,8 @@
--- x_task: every task of the job with the step it belongs to and its class, for the explanations
--- and the export (lumos/explain, lumos/export). Reads the relations `tasks` and `iterations` (the
--- replay's tables of one job, as views or registered Arrow tables).
+-- x_task: every task of the job (rank, task, in that order) with the step it belongs to and its
+-- class, for the explanations and the export (lumos/explain, lumos/export, which put these two
+-- columns beside the task's own columns: moving names through a sort here cost more than the rest).
+-- Reads the relations `tasks` and `iterations` (the replay's tables of one job, as views or
+-- registered Arrow tables).
 --
 -- Step of a task (the rules of graph/iterations.sql):
 -- * CPU task: the step whose [CPU start, next step start) holds its traced start (the last step:
@@ -23,8 +25,7 @@ ASOF JOIN x_it AS i ON i.rank = t.rank AND t.abs_ns >= i.cpu_start_ns
 WHERE t.abs_ns < i.stop_ns;
 
 CREATE OR REPLACE TEMP TABLE x_task AS
-SELECT t.job, t.rank, t.task, t.proc, t.is_gpu, t.kind, t.role, t.name, t.pid, t.tid, t.device,
-       t.stream, t.ts_ns, t.ts_ns + t.dur_ns AS end_ns, t.dur_ns, t.launch_src,
+SELECT t.rank, t.task,
        CASE WHEN t.is_gpu THEN l.step ELSE c.step END AS step,
        CAST(CASE
            WHEN NOT t.is_gpu OR t.kind = 13 THEN NULL
