@@ -17,6 +17,7 @@ EXPECTED = {
     "bf16": dict(dtype_bytes=2, recompute="none"),
     "full": dict(dtype_bytes=4, recompute="full"),
     "selective": dict(dtype_bytes=4, recompute="selective"),
+    "tanh_gelu": dict(dtype_bytes=4, recompute="none"),
 }
 
 
@@ -98,3 +99,27 @@ def test_a_base_that_disagrees_with_the_traced_layers_is_warned(variants_wh):
     wrong = Estimator.open(variants_wh, "plain", base_overrides={"layers": 5})
     [p] = wrong.predict([wrong.base.replace(layers=6)])
     assert any("holds 3 layer(s) per stage" in w and "--base layers=3" in w for w in p.warnings)
+
+
+def test_unnamed_ops_on_an_activation_scale_with_it(variants_wh):
+    """GPT-2's GELU is pow, tanh, mul and add on the MLP's activation: no op is named gelu. By
+    shape (their input holds tokens x FFN elements) they take the FFN activation's role, forward
+    and backward, instead of keeping their traced time at every size."""
+    from lumos.estimate.estimator import Estimator
+    from lumos.estimate.layers import ROLE
+
+    tpl = Estimator.open(variants_wh, "tanh_gelu").tpl
+    roles = {}
+    for name, role in zip(tpl.names, tpl.role, strict=True):
+        roles.setdefault(name, set()).add(int(role))
+    for name in (
+        "aten::pow",
+        "aten::tanh",
+        "autograd::engine::evaluate_function: PowBackward0",
+        "autograd::engine::evaluate_function: TanhBackward0",
+    ):
+        assert roles.get(name) == {ROLE["tok_f"]}, (name, roles.get(name))
+    # the plain model's named GELU has that role by name
+    plain = Estimator.open(variants_wh, "plain").tpl
+    gelu = {int(r) for n, r in zip(plain.names, plain.role, strict=True) if n == "aten::gelu"}
+    assert gelu == {ROLE["tok_f"]}

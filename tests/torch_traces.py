@@ -2,7 +2,8 @@
 `record_function` annotations, one `ProfilerStep#N` per iteration. Variants exercise what real
 trainers do and the ground-truth trainer does not: mixed precision (`torch.autocast`, which
 records every autocast op twice, nested) and activation checkpointing (the forward replayed
-inside the backward), of every block (`full`) or of the attention core only (`selective`).
+inside the backward), of every block (`full`) or of the attention core only (`selective`), and
+GPT-2's tanh GELU written out as element-wise ops (`tanh_gelu`: no op is named for it).
 
 Used by tests/test_infer_variants.py; torch is imported only when a trace is recorded.
 `require_torch` is every torch test's guard.
@@ -18,7 +19,7 @@ import pytest
 
 # the model every variant trains: what inference must recover
 TRUTH = dict(layers=3, hidden=48, heads=4, ffn=192, seq=16, micro_batch=2, vocab=96)
-VARIANTS = ("plain", "bf16", "full", "selective")
+VARIANTS = ("plain", "bf16", "full", "selective", "tanh_gelu")
 
 
 def require_torch() -> None:
@@ -64,7 +65,12 @@ def record(variant: str, out: Path, steps: int = 4) -> Path:
             else:
                 a = core(q, k, v)
             x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
-            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+            u = self.fc1(self.ln2(x))
+            if variant == "tanh_gelu":  # GPT-2's GELU, written out: no op named gelu
+                u = 0.5 * u * (1.0 + torch.tanh(0.7978845608 * (u + 0.044715 * torch.pow(u, 3))))
+            else:
+                u = F.gelu(u)
+            return x + self.fc2(u)
 
     class GPT(nn.Module):
         def __init__(self) -> None:

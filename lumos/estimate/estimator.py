@@ -46,6 +46,7 @@ from lumos.estimate.layers import (
     ROLES,
     Template,
     extract_template,
+    shape_roles,
     template_path,
 )
 from lumos.estimate.memory import MemoryEstimate, estimate_memory
@@ -83,7 +84,7 @@ from lumos.estimate.working_set import WorkingSet
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 12
+CACHE_FORMAT = 14
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -639,9 +640,10 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
     from lumos.estimate.infer import infer_base
 
     wh = Warehouse.open(root)
-    extract_template(wh, job, cache=False).save(template_path(wh.root, job))
-    folder = template_dir(wh.root, job)
     inf = infer_base(wh, job)
+    sizes = shape_roles(inf.config)
+    extract_template(wh, job, cache=False, sizes=sizes).save(template_path(wh.root, job))
+    folder = template_dir(wh.root, job)
     _write_json(folder / "base.json", {"config": inf.config.to_dict(), "warnings": inf.warnings})
     comm = CommModel.calibrate(wh, job)
     states: dict[str, tuple[float, float] | None] = {}

@@ -25,7 +25,13 @@ the transforms re-create the communication of the target configuration. Duration
 per-position medians over the job's traced steps when every step has the same operator sequence
 (noise is reduced and the template's step equals the median step), else the median step's.
 
-Each op gets a *role*, the shape feature its duration scales with (`lumos.estimate.retime`).
+Each op gets a *role*, the shape feature its duration scales with (`lumos.estimate.retime`):
+by name for the ops every trainer runs (layer norm, GELU, cross-entropy, ...), else by shape
+(`ShapeRoles`, given the base configuration): a forward op whose largest input holds one
+micro-batch's tokens x hidden (or x the rank's FFN width, or x the vocabulary, or its attention
+scores) elements works on that activation and scales with it, whatever its name (GPT-2's tanh GELU as pow/tanh/mul, LLaMA's
+RMSNorm as pow/mean/rsqrt, rotary embeddings); its backward inherits the role. Before this, such
+ops kept their traced time at every size (GPT-2 at seq x2: -25%).
 The template is cached as `<wh>/estimate_templates/job=<enc>/template.npz` (keyed on the job's
 trace hashes), so that an estimate after the first one never touches SQL.
 """
@@ -66,6 +72,27 @@ _TOK_F = ("gelu", "silu", "relu", "swiglu")
 _TOK_V = ("cross_entropy", "log_softmax", "nll_loss", "softmax")
 _GEMM = ("linear", "addmm", "matmul", "mm", "bmm")
 _CONST = ("view", "reshape", "transpose", "split", "slice", "t", "permute", "expand", "unsqueeze")
+
+
+ShapeRoles = dict[int, str]  # largest input's element count -> role
+
+
+def shape_roles(cfg: Any) -> ShapeRoles:
+    """The element counts of one micro-batch's activations on a rank of `cfg` (a ModelConfig),
+    each with the role that scales with it: tokens x hidden, x FFN width / tp, x vocabulary."""
+    tokens = cfg.micro_batch * cfg.seq
+    heads = max(cfg.heads // max(cfg.tp, 1), 1)
+    out: ShapeRoles = {}
+    for n, role in (
+        # the attention scores (and their mask) grow with the sequence's square
+        (cfg.micro_batch * heads * cfg.seq * cfg.seq, "attn"),
+        (tokens * max(cfg.vocab, 0), "tok_v"),
+        (tokens * (cfg.ffn_size // max(cfg.tp, 1)), "tok_f"),
+        (tokens * cfg.hidden, "tok_h"),  # last: wins a tie
+    ):
+        if n > 1:
+            out[n] = role
+    return out
 
 
 class TemplateError(ValueError):
@@ -188,7 +215,9 @@ def _bwd_role(name: str, fwd_role: str | None) -> str:
     return fwd_role or "const"
 
 
-def _cut_step(rows: list[dict[str, Any]], job: str) -> dict[str, list[Any]]:
+def _cut_step(
+    rows: list[dict[str, Any]], job: str, sizes: ShapeRoles | None = None
+) -> dict[str, list[Any]]:
     """Label one step's ops (dicts from the SQL) into the template's columns."""
     fwd_role_of: dict[int, tuple[str, int]] = {}
     linear_seen: dict[tuple[int, int], int] = {}
@@ -220,6 +249,12 @@ def _cut_step(rows: list[dict[str, Any]], job: str) -> dict[str, list[Any]]:
             pos = linear_seen.get(key, 0)
             in_layer = layer >= 0
             role = _fwd_role(name, in_layer, r["part"], pos, n_linear.get(key, 0))
+            if sizes and _short(name) not in _CONST:
+                by_shape = sizes.get(largest_input(r.get("input_dims")))
+                # unnamed ops by shape; element-wise ops on the scores (a mask added to them)
+                # grow as the scores do, not as the tokens
+                if role == "const" or (role == "tok_h" and by_shape == "attn"):
+                    role = by_shape or role
             if _short(name) in _GEMM and in_layer:
                 linear_seen[key] = pos + 1
             if in_layer:
@@ -468,8 +503,11 @@ def _infer_labels(rows: list[dict[str, Any]], job: str) -> tuple[list[dict[str, 
     return rows, how
 
 
-def template_from_rows(job: str, rows: list[dict[str, Any]]) -> Template:
-    """Build the template from `template_tasks.sql` rows of one rank (all its steps)."""
+def template_from_rows(
+    job: str, rows: list[dict[str, Any]], sizes: ShapeRoles | None = None
+) -> Template:
+    """Build the template from `template_tasks.sql` rows of one rank (all its steps); `sizes`
+    (`shape_roles` of the base configuration) gives unnamed ops their role by shape."""
     by_step: dict[int, list[dict[str, Any]]] = {}
     for r in rows:
         by_step.setdefault(int(r["step_no"]), []).append(r)
@@ -488,7 +526,7 @@ def template_from_rows(job: str, rows: list[dict[str, Any]]) -> Template:
         )
     if all(r["fwd_mb"] is None for r in ref):
         ref, _how = _infer_labels(ref, job)
-    cut = _cut_step(ref, job)
+    cut = _cut_step(ref, job, sizes)
     idx = np.array(cut["i"], np.int64)
     sig = [r["name"] for r in ref]
     same = [s for s in steps if [r["name"] for r in by_step[s]] == sig]
@@ -552,8 +590,16 @@ def template_path(root: Path, job: str) -> Path:
     return Path(root) / "estimate_templates" / digest / "template.npz"
 
 
-def extract_template(wh: Any, job: str, rank: int | None = None, *, cache: bool = True) -> Template:
-    """The template of `job` (rank: the first rank holding a `layer_0` op, else the lowest)."""
+def extract_template(
+    wh: Any,
+    job: str,
+    rank: int | None = None,
+    *,
+    cache: bool = True,
+    sizes: ShapeRoles | None = None,
+) -> Template:
+    """The template of `job` (rank: the first rank holding a `layer_0` op, else the lowest);
+    `sizes` as in `template_from_rows`."""
     path = template_path(wh.root, job)
     if cache and path.exists():
         return Template.load(path)
@@ -580,7 +626,7 @@ def extract_template(wh: Any, job: str, rank: int | None = None, *, cache: bool 
         rank = ranks[0]
     elif rank not in ranks:
         raise TemplateError(f"{job}: rank {rank} not in the warehouse (ranks {ranks})")
-    tpl = template_from_rows(job, [r for r in rows if int(r["rank"]) == rank])
+    tpl = template_from_rows(job, [r for r in rows if int(r["rank"]) == rank], sizes)
     if cache:
         tpl.save(path)
     return tpl
