@@ -12,8 +12,9 @@ the base's device and world size, the time-weighted ratio of its ops to the base
 (name, shapes, dtypes), against the ratio of its per-rank state (`memory.estimate_memory` of its inferred
 configuration) to the base's. The slope of log speed on log state, through the origin and
 weighted by the share of the job's op time that matched, is `beta`: a target's CPU work is scaled
-by (state ratio) ** beta. The state ratio is clamped to the range the fleet covered (cache effects
-saturate; they are not extrapolated), with a warning. Larger state never makes ops faster, so a
+by (state ratio) ** beta. Beyond the range the fleet covered the law is extrapolated with a
+warning, up to a state ratio of 4x either way (`fleet_slope.MAX_LOG_RATIO`: cache effects
+saturate), where it is clamped. Larger state never makes ops faster, so a
 negative slope is taken as none. Without two jobs whose state differs from the base's by 10% or
 more, beta is 0 and the note says so. Only CPU devices learn it: a GPU trace's CPU ops are
 kernel launches, whose time the training state does not change (the kernels are not in the
