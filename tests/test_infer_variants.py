@@ -18,6 +18,7 @@ EXPECTED = {
     "full": dict(dtype_bytes=4, recompute="full"),
     "selective": dict(dtype_bytes=4, recompute="selective"),
     "tanh_gelu": dict(dtype_bytes=4, recompute="none"),
+    "conv1d": dict(dtype_bytes=4, recompute="none"),
 }
 
 

@@ -3,7 +3,8 @@
 trainers do and the ground-truth trainer does not: mixed precision (`torch.autocast`, which
 records every autocast op twice, nested) and activation checkpointing (the forward replayed
 inside the backward), of every block (`full`) or of the attention core only (`selective`), and
-GPT-2's tanh GELU written out as element-wise ops (`tanh_gelu`: no op is named for it).
+GPT-2's tanh GELU written out as element-wise ops (`tanh_gelu`: no op is named for it), and
+GPT-2's Conv1D layers (`conv1d`: addmm on an [in, out] weight, only the LM head a linear).
 
 Used by tests/test_infer_variants.py; torch is imported only when a trace is recorded.
 `require_torch` is every torch test's guard.
@@ -18,8 +19,9 @@ from pathlib import Path
 import pytest
 
 # the model every variant trains: what inference must recover
-TRUTH = dict(layers=3, hidden=48, heads=4, ffn=192, seq=16, micro_batch=2, vocab=96)
-VARIANTS = ("plain", "bf16", "full", "selective", "tanh_gelu")
+# ffn is not 4 x hidden, so that inference must read it, not default to it
+TRUTH = dict(layers=3, hidden=48, heads=4, ffn=160, seq=16, micro_batch=2, vocab=96)
+VARIANTS = ("plain", "bf16", "full", "selective", "tanh_gelu", "conv1d")
 
 
 def require_torch() -> None:
@@ -49,12 +51,26 @@ def record(variant: str, out: Path, steps: int = 4) -> Path:
     def core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
+    class Conv1D(nn.Module):
+        """GPT-2's linear: a [in, out] weight and a direct addmm (no aten::linear)."""
+
+        def __init__(self, n_in: int, n_out: int) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(n_in, n_out) * 0.02)
+            self.bias = nn.Parameter(torch.zeros(n_out))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight)
+            return y.view(*x.shape[:-1], -1)
+
+    lin = Conv1D if variant == "conv1d" else nn.Linear
+
     class Block(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
-            self.qkv, self.proj = nn.Linear(h, 3 * h), nn.Linear(h, h)
-            self.fc1, self.fc2 = nn.Linear(h, ffn), nn.Linear(ffn, h)
+            self.qkv, self.proj = lin(h, 3 * h), lin(h, h)
+            self.fc1, self.fc2 = lin(h, ffn), lin(ffn, h)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             b, s, _ = x.shape

@@ -139,41 +139,47 @@ def _parse_gemms(rows: list[dict[str, Any]]) -> tuple[list[Gemm], str]:
     out: list[Gemm] = []
     families: set[str] = set()
     for rank, rs in by_rank.items():
-        names = {r["name"] for r in rs}
-        # aten::linear nests matmul/addmm/mm and only runs forward: use the outermost family.
-        if "aten::linear" in names:
+        parsed = [g for g in (_weight_gemm(rank, r) for r in rs) if g is not None]
+        calls = Counter()
+        for g in parsed:
+            calls[g.name] += g.count
+        inner = calls["aten::addmm"] + calls["aten::mm"]
+        # aten::linear nests matmul/addmm/mm and only runs forward: use the outermost family,
+        # unless it holds only a few of the weight multiplies (GPT-2's Conv1D layers call addmm
+        # directly; only its LM head is a linear)
+        if calls["aten::linear"] and 2 * calls["aten::linear"] >= inner:
             family = ("aten::linear",)
-        elif "aten::matmul" in names:
+        elif calls["aten::matmul"] and 2 * calls["aten::matmul"] >= inner:
             family = ("aten::matmul",)
         else:
             family = ("aten::addmm", "aten::mm")
         families.update(family)
-        for r in rs:
-            if r["name"] not in family:
-                continue
-            d = _dims(r["input_dims"])
-            types = _dims(r["input_types"])
-            if r["name"] == "aten::linear" and len(d) >= 2:
-                a, w = _shape(d[0]), _shape(d[1])
-                if not a or not w or len(w) != 2 or a[-1] != w[1]:
-                    continue
-                k, n, dtype = w[1], w[0], types[0] if types else ""
-            elif r["name"] in ("aten::matmul", "aten::mm") and len(d) >= 2:
-                a, w = _shape(d[0]), _shape(d[1])
-                if not a or not w or len(w) != 2 or a[-1] != w[0]:
-                    continue
-                k, n, dtype = w[0], w[1], types[0] if types else ""
-            elif r["name"] == "aten::addmm" and len(d) >= 3:
-                a, w = _shape(d[1]), _shape(d[2])
-                if not a or not w or len(w) != 2 or a[-1] != w[0]:
-                    continue
-                k, n, dtype = w[0], w[1], types[1] if len(types) > 1 else ""
-            else:
-                continue
-            out.append(
-                Gemm(rank, r["name"], k, n, math.prod(a[:-1]), a[:-1], int(r["n"]), str(dtype))
-            )
+        out += [g for g in parsed if g.name in family]
     return out, "/".join(sorted(families))
+
+
+def _weight_gemm(rank: int, r: dict[str, Any]) -> Gemm | None:
+    """One gemms.sql row as an activation × 2-D weight multiply, else None."""
+    d = _dims(r["input_dims"])
+    types = _dims(r["input_types"])
+    if r["name"] == "aten::linear" and len(d) >= 2:
+        a, w = _shape(d[0]), _shape(d[1])
+        if not a or not w or len(w) != 2 or a[-1] != w[1]:
+            return None
+        k, n, dtype = w[1], w[0], types[0] if types else ""
+    elif r["name"] in ("aten::matmul", "aten::mm") and len(d) >= 2:
+        a, w = _shape(d[0]), _shape(d[1])
+        if not a or not w or len(w) != 2 or a[-1] != w[0]:
+            return None
+        k, n, dtype = w[0], w[1], types[0] if types else ""
+    elif r["name"] == "aten::addmm" and len(d) >= 3:
+        a, w = _shape(d[1]), _shape(d[2])
+        if not a or not w or len(w) != 2 or a[-1] != w[0]:
+            return None
+        k, n, dtype = w[0], w[1], types[1] if len(types) > 1 else ""
+    else:
+        return None
+    return Gemm(rank, r["name"], k, n, math.prod(a[:-1]), a[:-1], int(r["n"]), str(dtype))
 
 
 # --- attention --------------------------------------------------------------------------------
