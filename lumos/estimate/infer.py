@@ -224,9 +224,9 @@ def _recompute(att: Attention | None, gemm_rows: list[dict[str, Any]]) -> tuple 
     when only the attention core is (Megatron's selective recomputation); else None."""
     if att is None:
         return None
-    rk = min(att.count_by_rank, default=None)
-    fwd = att.count_by_rank.get(rk, 0) if rk is not None else 0
-    again = att.recompute_by_rank.get(rk, 0) if rk is not None else 0
+    rk = min(att.count_by_rank)  # an Attention counts at least one call
+    fwd = att.count_by_rank[rk]
+    again = att.recompute_by_rank.get(rk, 0)
     if fwd == 0 or again < 0.5 * fwd:
         return None
     lin_fwd = sum(int(r["n"]) for r in gemm_rows if _is_layer_linear(r, rk))

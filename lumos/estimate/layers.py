@@ -29,8 +29,9 @@ Each op gets a *role*, the shape feature its duration scales with (`lumos.estima
 by name for the ops every trainer runs (layer norm, GELU, cross-entropy, ...), else by shape
 (`ShapeRoles`, given the base configuration): a forward op whose largest input holds one
 micro-batch's tokens x hidden (or x the rank's FFN width, or x the vocabulary, or its attention
-scores) elements works on that activation and scales with it, whatever its name (GPT-2's tanh GELU as pow/tanh/mul, LLaMA's
-RMSNorm as pow/mean/rsqrt, rotary embeddings); its backward inherits the role. Before this, such
+scores) elements works on that activation and scales with it, whatever its name (GPT-2's tanh
+GELU as pow/tanh/mul, LLaMA's RMSNorm as pow/mean/rsqrt, rotary embeddings); its backward
+inherits the role. Before this, such
 ops kept their traced time at every size (GPT-2 at seq x2: -25%).
 The template is cached as `<wh>/estimate_templates/job=<enc>/template.npz` (keyed on the job's
 trace hashes), so that an estimate after the first one never touches SQL.
@@ -79,7 +80,8 @@ ShapeRoles = dict[int, str]  # largest input's element count -> role
 
 def shape_roles(cfg: Any) -> ShapeRoles:
     """The element counts of one micro-batch's activations on a rank of `cfg` (a ModelConfig),
-    each with the role that scales with it: tokens x hidden, x FFN width / tp, x vocabulary."""
+    each with the role that scales with it: tokens x hidden, x FFN width / tp, x vocabulary,
+    and the attention scores (batch x heads / tp x seq²)."""
     tokens = cfg.micro_batch * cfg.seq
     heads = max(cfg.heads // max(cfg.tp, 1), 1)
     out: ShapeRoles = {}

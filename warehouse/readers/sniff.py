@@ -46,17 +46,23 @@ def describe_binary(head: bytes) -> str:
     return f"not JSON: binary data (first bytes {first})"
 
 
+def looks_binary(head: bytes) -> bool:
+    """Control bytes, or not UTF-8 (a character cut by the end of the sample is not counted)."""
+    if any(b < 9 or 13 < b < 32 for b in head):
+        return True
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return err.start < len(head) - 3
+    return False
+
+
 def describe_other(text: bytes) -> str:
     """What a file whose content is neither a JSON object nor an array is: binary data, a JSON
     scalar, or other text."""
-    if any(b < 9 or 13 < b < 32 for b in text[:64]):
+    if looks_binary(text[:64]):
         return describe_binary(text)
-    try:
-        sample = text[:64].decode("utf-8")
-    except UnicodeDecodeError as err:
-        if err.start < min(len(text), 64) - 3:  # not just a character cut by the sample's end
-            return describe_binary(text)
-        sample = text[: err.start].decode("utf-8")
+    sample = text[:64].decode("utf-8", "ignore")
     kinds = (("null", "null"), ("true", "boolean"), ("false", "boolean"), ('"', "string"))
     kind = next((k for word, k in kinds if sample.startswith(word)), None)
     if kind is None and sample[:1] in "-0123456789":

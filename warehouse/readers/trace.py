@@ -31,6 +31,7 @@ from warehouse.readers.sniff import (
     describe_binary,
     describe_head,
     describe_keys,
+    looks_binary,
 )
 from warehouse.readers.source import fill, is_gzip, open_stream, read_head
 
@@ -213,7 +214,7 @@ class KinetoTrace:
         if rc == sc.E_NOT_OBJECT:
             if buf[pos : pos + 1] == b"[":
                 raise NotKinetoTrace(self.path, describe_array(buf[pos : pos + 4096]))
-            if not buf[:pos].strip() and _looks_binary(buf[pos : pos + 64]):
+            if not buf[:pos].strip() and looks_binary(buf[pos : pos + 64]):
                 raise NotKinetoTrace(self.path, describe_binary(buf[pos:]))
             raise NotKinetoTrace(self.path, f"not a JSON object: starts with {snippet!r}")
         if rc == sc.E_EVENT_NOT_OBJECT:
@@ -368,18 +369,6 @@ def _int_or_none(v: object) -> int | None:
     if isinstance(v, str) and v.strip().lstrip("-").isdigit():
         return int(v)
     return None
-
-
-def _looks_binary(head: bytes) -> bool:
-    return any(b < 9 or 13 < b < 32 for b in head) or not _is_utf8(head)
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        return err.start >= len(data) - 3  # a character cut by the end of the sample
-    return True
 
 
 def _check_utf8(path: Path, data: bytes | bytearray, at: int) -> None:
