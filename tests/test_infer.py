@@ -165,3 +165,13 @@ def test_config_validate_names_the_problem():
     with pytest.raises(ConfigError, match="layers 1 fewer than pp stages 2"):
         ModelConfig(layers=1, hidden=8, heads=2, pp=2).validate()
     assert ModelConfig(hidden=64, heads=4).ffn_size == 256
+
+
+def test_ffn_follows_hidden_at_the_base_ratio_unless_set():
+    llama = ModelConfig(layers=4, hidden=128, ffn=344, heads=4)  # LLaMA's 8/3 x, rounded
+    assert llama.derive(hidden=256).ffn == 688
+    assert llama.derive(hidden=256, ffn=512).ffn == 512  # stated: kept
+    assert llama.derive(layers=8).ffn == 344  # hidden unchanged: kept
+    # rounded up to a multiple of the target's tp, which must divide the FFN
+    assert llama.derive(hidden=200, tp=4).ffn == 540  # 537.5 -> 538 -> 540
+    assert ModelConfig(hidden=128, heads=4).derive(hidden=256).ffn_size == 1024  # 0: 4 x hidden

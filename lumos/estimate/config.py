@@ -104,6 +104,19 @@ class ModelConfig:
     def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)
 
+    def derive(self, **changes: Any) -> ModelConfig:
+        """A target configuration from this base: `changes` applied, and an FFN the changes do
+        not state kept at the base's FFN/hidden ratio when the hidden size changes. Model
+        families size the MLP as a multiple of hidden (GPT 4x, LLaMA 8/3x rounded), so a
+        hidden x2 that kept the traced FFN width would be a model nobody trains. Rounded up to
+        a multiple of the target's tp, which must divide it."""
+        out = dataclasses.replace(self, **changes)
+        if self.ffn and "ffn" not in changes and out.hidden != self.hidden:
+            ffn = max(1, round(self.ffn * out.hidden / self.hidden))
+            ffn = -(-ffn // max(out.tp, 1)) * max(out.tp, 1)
+            out = dataclasses.replace(out, ffn=ffn)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

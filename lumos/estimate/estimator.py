@@ -561,7 +561,7 @@ class Estimator:
 
     def target(self, overrides: Mapping[str, Any], where: str = "--set") -> ModelConfig:
         """The base configuration with `overrides` (typed) applied and validated."""
-        return self.base.replace(**dict(overrides)).validate(where)
+        return self.base.derive(**dict(overrides)).validate(where)
 
 
 # DistributedDataParallel's defaults: the first bucket (the last layers' gradients, ready

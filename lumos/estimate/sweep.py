@@ -259,7 +259,7 @@ def expand(
         keys = {k: v for k, v in point.items() if not k.startswith(SPEEDUP_PREFIX)}
         speed = dict(grid.base_speedups)
         speed.update({k[len(SPEEDUP_PREFIX) :]: v for k, v in point.items() if k not in keys})
-        cfg = base.replace(**keys)
+        cfg = base.derive(**keys)
         env = {_env_key(k): v for k, v in cfg.to_dict().items()}
         env.update({_env_key(k): v for k, v in point.items()})
         try:
