@@ -367,3 +367,61 @@ def test_attention_split_prices_its_flops_at_the_traces_gemm_rate():
     assert attention_ratio(base.replace(tp=2), base, share) == pytest.approx(0.5)
     no_gemm = Template(**{**tpl.__dict__, "role": np.full(4, ROLE["attn"], np.int8)})
     assert attention_compute_share(no_gemm, base, np.zeros(4)) == 1.0
+
+
+def test_unfused_attention_is_all_score_work():
+    from lumos.estimate.config import ModelConfig
+    from lumos.estimate.retime import attention_compute_share
+
+    base = ModelConfig(layers=1, hidden=4, heads=1, seq=10, micro_batch=1)
+    rows = [("gemm_qkv", 0, 96), ("attn", 0, 200), ("attn", 1, 400), ("gemm_qkv", 1, 96)]
+
+    def tpl(bwd_attn: str) -> Template:
+        return Template(
+            job="hand",
+            block=np.full(4, BLOCK["f_layer"], np.int8),
+            layer=np.zeros(4, np.int64),
+            mb=np.zeros(4, np.int64),
+            role=np.array([ROLE[r] for r, _, _ in rows], np.int8),
+            bwd=np.array([d for _, d, _ in rows], np.int8),
+            dur_ns=np.array([t for _, _, t in rows], np.int64),
+            gap_ns=np.zeros(4, np.int64),
+            end_gap_ns=0,
+            step_ns=np.array([792], np.int64),
+            names=["aten::linear", "aten::scaled_dot_product_attention", bwd_attn, "MmBackward0"],
+        )
+
+    ev = "autograd::engine::evaluate_function: "
+    # one fused backward node: the roofline split of the test above
+    fused = tpl(ev + "ScaledDotProductFlashAttentionForCpuBackward0")
+    assert attention_compute_share(fused, base, np.zeros(4)) == pytest.approx(180 / 600)
+    # the math path's backward is nodes on the score matrix: every one follows s^2
+    assert attention_compute_share(tpl(ev + "BmmBackward0"), base, np.zeros(4)) == 1.0
+
+
+def test_gemm_overhead_is_fitted_on_the_ops_doing_the_multiplies():
+    from lumos.estimate.config import ModelConfig
+    from lumos.estimate.retime import base_features, split_fixed
+
+    base = ModelConfig(layers=1, hidden=64, heads=1, seq=16, micro_batch=1, vocab=256)
+    x = base_features(base)
+    # backward GEMMs: 20 ns + 1e-3 ns per feature unit; the head's role holds only 3 view
+    # nodes of 4 ns, which must not bend the line
+    roles = ["gemm_qkv", "gemm_out", "gemm_up", "gemm_down"]
+    durs = [20 + x[ROLE[r]] * 1e-3 for r in roles]
+    rows = [(r, 1, d) for r, d in zip(roles, durs, strict=True)] + [("gemm_head", 1, 4)] * 3
+    n = len(rows)
+    tpl = Template(
+        job="hand",
+        block=np.full(n, BLOCK["b_layer"], np.int8),
+        layer=np.zeros(n, np.int64),
+        mb=np.zeros(n, np.int64),
+        role=np.array([ROLE[r] for r, _, _ in rows], np.int8),
+        bwd=np.ones(n, np.int8),
+        dur_ns=np.array([round(t) for _, _, t in rows], np.int64),
+        gap_ns=np.zeros(n, np.int64),
+        end_gap_ns=0,
+        step_ns=np.array([1000], np.int64),
+    )
+    _, fitted = split_fixed(tpl, base)
+    assert fitted["gemm_bwd"] == pytest.approx(20, abs=1.0)

@@ -189,9 +189,9 @@ def _short(name: str) -> str:
 
 
 def _fwd_role(name: str, in_layer: bool, part: str | None, linear_pos: int, n_linear: int) -> str:
-    s = _short(name)
-    if s == "scaled_dot_product_attention" or "attention" in s or "flash" in s:
+    if is_attention_name(name):
         return "attn"
+    s = _short(name)
     if s in _GEMM:
         if not in_layer:
             return "gemm_head" if part != "embedding" else "const"
@@ -316,7 +316,8 @@ def _last_layer(out: dict[str, list[Any]], mb: int) -> int:
     return -1
 
 
-def _is_attn(name: str) -> bool:
+def is_attention_name(name: str) -> bool:
+    """An attention operator or its backward node, fused or not (by name)."""
     s = _short(name)
     return s == "scaled_dot_product_attention" or "attention" in s or "flash" in s
 
@@ -349,7 +350,7 @@ def _period_layers(rows: list[dict[str, Any]], fwd: list[int], job: str) -> list
     closest before the attention (pre-LN blocks), else the longest match before the attention.
     """
     names = [rows[i]["name"] for i in fwd]
-    att = [j for j, n in enumerate(names) if _is_attn(n)]
+    att = [j for j, n in enumerate(names) if is_attention_name(n)]
     compiled = sorted({str(r["name"]) for r in rows if _is_compiled(str(r["name"]))})
     if len(att) < 2 and compiled:
         raise TemplateError(
