@@ -156,12 +156,12 @@ def test_single_file_without_rank_is_rank_0_and_job_is_stem(
     assert (f.job, f.rank, f.status) == ("my_trace", 0, "ok")
     assert query(warehouse_dir, "select rank_source from traces") == [("single file",)]
 
-    # the same content twice in one multi-file job, neither with a rank: both refused, clearly
+    # two files of one --job, neither with a rank: both refused, clearly
     two = tmp_path / "two"
     two.mkdir()
     (two / "a.json").write_text(json.dumps(data))
     (two / "b.json").write_text(json.dumps({**data, "x": 1}))
-    report = ingest([two], warehouse=warehouse_dir)
+    report = ingest([two], warehouse=warehouse_dir, job="two")
     assert [f.status for f in report.files] == ["refused", "refused"]
     for f in report.files:
         assert f.path in f.error and "cannot tell which rank" in f.error
@@ -173,6 +173,19 @@ def test_single_file_without_rank_is_rank_0_and_job_is_stem(
     [b] = ingest([two / "b.json"], warehouse=warehouse_dir, job="two").files
     assert b.status == "refused" and "is already held by" in b.error
     [b] = ingest([two / "b.json"], warehouse=warehouse_dir, job="two_b").files
+    assert b.status == "ok", b.error
+
+    # without --job, a folder's files that name no rank are runs of their own (a folder of
+    # unrelated traces, or successive windows of one process), named folder/stem
+    solo = tmp_path / "solo"
+    solo.mkdir()
+    (solo / "w1.pt.trace.json").write_text(json.dumps({**data, "y": 1}))
+    (solo / "w2.pt.trace.json").write_text(json.dumps({**data, "y": 2}))
+    (solo / "rank-1.json").write_text(json.dumps({**data, "y": 3}))  # named: a rank of 'solo'
+    report = ingest([solo], warehouse=warehouse_dir)
+    got = sorted((f.job, f.rank, f.status) for f in report.files)
+    assert got == [("solo", 1, "ok"), ("solo/w1", 0, "ok"), ("solo/w2", 0, "ok")]
+    assert report.jobs == {"solo": "path", "solo/w1": "path", "solo/w2": "path"}
     assert (b.action, b.job) == ("ingested", "two_b"), b.error
     assert query(
         warehouse_dir, "select job, status from traces where job like 'two%' order by 1, 2"
@@ -369,12 +382,10 @@ def test_every_shared_trace_is_ingested_or_refused(
     ):
         path = shared_traces / rel
         assert counts[str(path)] == len(raw_events(path)), rel
-    # files refused only because a folder of unrelated traces has no ranks ingest alone
-    ambiguous = [f for f in report.refused if "cannot tell which rank" in f.error]
-    assert ambiguous  # kineto/ and tracelens/ hold independent single-rank traces
-    again = ingest([Path(f.path) for f in ambiguous[:2]], warehouse=warehouse_dir)
-    assert [f.status for f in again.files] == ["ok", "ok"]
-    assert [f.rank for f in again.files] == [0, 0]
+    # kineto/ and tracelens/ hold independent traces that name no rank: each is its own job
+    assert not [f for f in report.refused if "cannot tell which rank" in f.error]
+    solo = {f.job for f in report.files if f.job.startswith("traces/tracelens/")}
+    assert "traces/tracelens/h100_qwen1.5-0.5b_inference" in solo and len(solo) == 4
 
 
 def test_job_named_by_the_trace(shared_traces: Path, warehouse_dir: Path) -> None:

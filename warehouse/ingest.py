@@ -366,7 +366,7 @@ def _parse_one(task: _Task) -> _Staged:
         writer = None
         meta = trace.meta
         top_level = dict(_meta_get(meta, "top_level", {}) or {})
-        out.job, out.job_source = resolve_job(planned, top_level)
+        out.job, out.job_source = resolve_job(planned, top_level, _meta_get(meta, "rank"))
         out.rank, out.rank_source = resolve_rank(planned, _meta_get(meta, "rank"), top_level)
         if (out.job, out.rank) != (job, rank):
             _restamp(events_tmp, out.job, out.rank)
@@ -810,7 +810,8 @@ def ingest(
     report.files = [outcomes[i] for i in range(len(planned))]
     for p, o in zip(planned, report.files, strict=True):
         if o.status == "ok":
-            source = "given" if p.job_given else ("path" if o.job == p.job else "trace")
+            by_path = o.job == p.job or o.job.startswith(p.job + "/")  # jobs.py rule 3
+            source = "given" if p.job_given else ("path" if by_path else "trace")
         else:
             source = "given" if p.job_given else "path"
         report.jobs.setdefault(o.job, source)

@@ -9,14 +9,18 @@ Job
      or `mast_job_name` (what Meta's launcher writes).
   3. A directory argument: each folder holding trace files is one job, named by its path from the
      argument's own name (`kineto` for `.../dlrm_8rank/kineto`; `traces/hta/trace_diff/test` for
-     a file under `traces/` given as `traces`).
+     a file under `traces/` given as `traces`). A file there that names no rank (neither
+     `distributedInfo.rank` nor a rank in its file name), among several files, is not a rank
+     of that job but a run of its own: `<folder job>/<file stem>` (a folder of unrelated
+     single-process traces, or the successive windows of one profiled process).
   4. A file argument: the file's stem (`rank-3.Jul_15.pt.trace.json.gz` -> `rank-3.Jul_15`).
 
 Rank
   1. `distributedInfo.rank`;
   2. else a number in the file name (`rank-3`, `rank3`, `rank_3`, `worker3`, `worker_3`, ...);
-  3. else 0 when the file is the job's only file;
-  4. else the file is refused: a multi-file job needs to know which rank each file is.
+  3. else 0 when the file is the job's only file (or, by job rule 3, a job of its own);
+  4. else (a job given with `--job`) the file is refused: a multi-file job needs to know which
+     rank each file is.
 """
 
 from __future__ import annotations
@@ -134,13 +138,38 @@ def job_from_trace(top_level: dict[str, str]) -> str | None:
     return None
 
 
-def resolve_job(planned: PlannedFile, top_level: dict[str, str]) -> tuple[str, str]:
-    """(job, where it came from)."""
+def _declared_rank(rank: int | None, top_level: dict[str, str]) -> int | None:
+    """The reader's rank (distributedInfo), else distributedInfo.rank from the metadata."""
+    if rank is None:
+        dist = _parse(top_level.get("distributedInfo"))
+        if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
+            rank = dist["rank"]
+    return rank
+
+
+def _own_job(planned: PlannedFile, rank: int | None, top_level: dict[str, str]) -> bool:
+    """A file among several of a folder's job that names no rank and no job: a run of its own."""
+    return (
+        planned.group_size > 1
+        and not planned.job_given
+        and job_from_trace(top_level) is None
+        and _declared_rank(rank, top_level) is None
+        and rank_from_filename(planned.path.name) is None
+    )
+
+
+def resolve_job(
+    planned: PlannedFile, top_level: dict[str, str], rank: int | None = None
+) -> tuple[str, str]:
+    """(job, where it came from); `rank` is the reader's rank, if it knows one."""
     if planned.job_given:
         return planned.job, "given"
     declared = job_from_trace(top_level)
     if declared:
         return declared, "trace"
+    if _own_job(planned, rank, top_level):
+        stem = strip_trace_suffix(planned.path.name) or planned.path.name
+        return f"{planned.job}/{stem}", "path"
     return planned.job, "path"
 
 
@@ -149,10 +178,7 @@ def resolve_rank(
 ) -> tuple[int, str]:
     """(rank, source) from the reader's rank (distributedInfo), else the file name, else 0 for a
     one-file job. Raises TraceError for a file of a multi-file job whose rank cannot be known."""
-    if rank is None:
-        dist = _parse(top_level.get("distributedInfo"))
-        if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
-            rank = dist["rank"]
+    rank = _declared_rank(rank, top_level)
     if rank is not None:
         if not 0 <= rank < 2**31:
             raise TraceError(planned.path, f"distributedInfo.rank {rank} is out of range")
@@ -160,7 +186,7 @@ def resolve_rank(
     from_name = rank_from_filename(planned.path.name)
     if from_name is not None:
         return from_name, "file name"
-    if planned.group_size == 1:
+    if planned.group_size == 1 or _own_job(planned, None, top_level):
         return 0, "single file"
     raise TraceError(
         planned.path,
