@@ -11,10 +11,30 @@ any allocation inside them fails at compile time instead of leaking. numba is pi
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import numba
+
+
+def _skip_blas_probe() -> None:
+    """Load numba's array functions without their BLAS probe. At the first compile or cache load
+    numba imports `numba.np.arraymath`, which imports scipy.linalg only to learn whether BLAS
+    exists (0.16 s of CPU, a third of what an ingest worker spends before its first byte). The
+    answer only picks how `np.correlate`/`np.convolve` compile (a loop instead of `np.dot`);
+    `np.dot` itself still finds BLAS when something compiles it, and scipy.linalg imports
+    normally afterwards. The reader's kernels use none of them."""
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
+        return
+    sys.modules["scipy.linalg"] = None  # type: ignore[assignment]  # its import fails fast
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        del sys.modules["scipy.linalg"]
+
+
+_skip_blas_probe()
 
 
 def kernel(fn: Callable[..., Any] | None = None, *, inline: bool = False) -> Any:
