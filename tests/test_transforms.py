@@ -425,3 +425,33 @@ def test_gemm_overhead_is_fitted_on_the_ops_doing_the_multiplies():
     )
     _, fitted = split_fixed(tpl, base)
     assert fitted["gemm_bwd"] == pytest.approx(20, abs=1.0)
+
+
+def test_token_ops_per_call_part_is_fitted_per_name():
+    from lumos.estimate.config import ModelConfig
+    from lumos.estimate.retime import split_fixed
+
+    # forward token ops: `mul` at 4700 ns + 0.1 ns per element on tokens x hidden (16k) and
+    # tokens x FFN (44k); `log_softmax` on one shape only, so the family's fit applies to it.
+    # The roles' own features (not the elements) put both muls far off the family's line.
+    rows = [("tok_h", "aten::mul", 16384, 6338), ("tok_f", "aten::mul", 44032, 9103)]
+    rows += [("tok_v", "aten::log_softmax", 128000, 250000)]
+    n = len(rows)
+    tpl = Template(
+        job="hand",
+        block=np.full(n, BLOCK["f_layer"], np.int8),
+        layer=np.zeros(n, np.int64),
+        mb=np.zeros(n, np.int64),
+        role=np.array([ROLE[r[0]] for r in rows], np.int8),
+        bwd=np.zeros(n, np.int8),
+        dur_ns=np.array([r[3] for r in rows], np.int64),
+        gap_ns=np.zeros(n, np.int64),
+        end_gap_ns=0,
+        step_ns=np.array([300000], np.int64),
+        names=[r[1] for r in rows],
+        elems=np.array([r[2] for r in rows], np.int64),
+    )
+    base = ModelConfig(layers=1, hidden=128, ffn=344, heads=4, seq=64, micro_batch=2, vocab=1000)
+    fixed, fitted = split_fixed(tpl, base)
+    assert fixed[:2].tolist() == pytest.approx([4700, 4700], abs=2)
+    assert fixed[2] == min(round(fitted["token_fwd"]), 225000)
