@@ -19,6 +19,7 @@ EXPECTED = {
     "selective": dict(dtype_bytes=4, recompute="selective"),
     "tanh_gelu": dict(dtype_bytes=4, recompute="none"),
     "conv1d": dict(dtype_bytes=4, recompute="none"),
+    "math_attn": dict(dtype_bytes=4, recompute="none"),
 }
 
 
@@ -124,3 +125,27 @@ def test_unnamed_ops_on_an_activation_scale_with_it(variants_wh):
     plain = Estimator.open(variants_wh, "plain").tpl
     gelu = {int(r) for n, r in zip(plain.names, plain.role, strict=True) if n == "aten::gelu"}
     assert gelu == {ROLE["tok_f"]}
+
+
+def test_attention_on_the_math_path_is_its_own_kernel(variants_wh):
+    """With dropout, scaled_dot_product_attention takes the math path at the same name, shapes
+    and dtypes as the fused kernel: the fleet must not compare the two (estimate/fleet_jobs.sql,
+    foreign_attention), and its backward of score-sized nodes follows s^2 entirely."""
+    import duckdb
+
+    import lumos_sql
+    from lumos.api import Warehouse
+    from lumos.estimate.estimator import Estimator
+    from lumos.estimate.fleet_sql import fleet_rows
+
+    con = duckdb.connect(str(Warehouse.open(variants_wh).catalog), read_only=True)
+    con.execute(lumos_sql.load("estimate/fleet_jobs"))
+    foreign = {j for (j,) in con.execute("from foreign_attention('plain', [])").fetchall()}
+    con.close()
+    assert foreign == {"math_attn"}, foreign
+    (samples,), why = fleet_rows(Warehouse.open(variants_wh), ["op_samples"], "plain")
+    assert why is None, why
+    attn = {job for name, _dims, job, _n, _med in samples if "attention" in name.lower()}
+    assert "plain" in attn and "math_attn" not in attn, attn
+    assert Estimator.open(variants_wh, "math_attn").attn_share == 1.0
+    assert Estimator.open(variants_wh, "plain").attn_share < 1.0

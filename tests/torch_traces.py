@@ -21,7 +21,7 @@ import pytest
 # the model every variant trains: what inference must recover
 # ffn is not 4 x hidden, so that inference must read it, not default to it
 TRUTH = dict(layers=3, hidden=48, heads=4, ffn=160, seq=16, micro_batch=2, vocab=96)
-VARIANTS = ("plain", "bf16", "full", "selective", "tanh_gelu", "conv1d")
+VARIANTS = ("plain", "bf16", "full", "selective", "tanh_gelu", "conv1d", "math_attn")
 
 
 def require_torch() -> None:
@@ -49,7 +49,10 @@ def record(variant: str, out: Path, steps: int = 4) -> Path:
     mb, vocab = TRUTH["micro_batch"], TRUTH["vocab"]
 
     def core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        # attention dropout (HuggingFace GPT-2 trains with it) sends the same call, at the same
+        # shapes, down the math path: bmm and softmax on the scores, no fused kernel
+        p = 0.1 if variant == "math_attn" else 0.0
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
 
     class Conv1D(nn.Module):
         """GPT-2's linear: a [in, out] weight and a direct addmm (no aten::linear)."""

@@ -15,3 +15,21 @@ SELECT job,
 FROM traces
 WHERE status = 'ok' AND (job = base OR NOT list_contains(excl, job))
 GROUP BY job;
+
+-- foreign_attention(base, excl): the jobs of fleet_jobs(base, excl) whose attention ran another
+-- kernel than the base's. `aten::scaled_dot_product_attention` dispatches on arguments the op's
+-- key (name, shapes, dtypes) does not hold (dropout, a mask, the backend): HuggingFace GPT-2
+-- takes the math path (bmm, softmax: 5x the time) where LLaMA of the same shapes takes the
+-- fused flash kernel. The kernel shows in the attention ops each job calls beneath it, so
+-- their names, together, tell the implementation; a job that calls other ones must not lend
+-- its attention ops' times to the base's. Columns: job.
+CREATE OR REPLACE TEMP MACRO foreign_attention(base, excl) AS TABLE
+WITH impl AS (
+    SELECT job, string_agg(DISTINCT name, ',' ORDER BY name) AS names
+    FROM events
+    WHERE cat = 'cpu_op' AND lower(name) LIKE '%attention%' AND lower(name) NOT LIKE '%backward%'
+      AND job IN (SELECT job FROM fleet_jobs(base, excl))
+    GROUP BY job
+)
+SELECT job FROM impl
+WHERE names IS DISTINCT FROM (SELECT names FROM impl WHERE job = base);
