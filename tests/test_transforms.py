@@ -339,6 +339,24 @@ def test_parameter_tensor_counts():
     assert base_opt_tensors(gpt.replace(pp=2)) == 2 * 12
 
 
+def _layer_ops(rows, **extra) -> Template:
+    """One layer of (role, bwd, ns) ops, in order; `extra` adds names or elems."""
+    n = len(rows)
+    return Template(
+        job="hand",
+        block=np.full(n, BLOCK["f_layer"], np.int8),
+        layer=np.zeros(n, np.int64),
+        mb=np.zeros(n, np.int64),
+        role=np.array([ROLE[r] for r, _, _ in rows], np.int8),
+        bwd=np.array([d for _, d, _ in rows], np.int8),
+        dur_ns=np.array([round(t) for _, _, t in rows], np.int64),
+        gap_ns=np.zeros(n, np.int64),
+        end_gap_ns=0,
+        step_ns=np.array([round(sum(t for _, _, t in rows))], np.int64),
+        **extra,
+    )
+
+
 def test_attention_split_prices_its_flops_at_the_traces_gemm_rate():
     from lumos.estimate.config import ModelConfig
     from lumos.estimate.retime import attention_compute_share, attention_ratio
@@ -348,18 +366,7 @@ def test_attention_split_prices_its_flops_at_the_traces_gemm_rate():
     # backward in 96 ns (20 FLOP/ns). Causal attention: 2 * 100 * 4 = 800 FLOPs forward (80 ns
     # at 10/ns), 2000 backward (100 ns at 20/ns): 180 of its 200 + 400 ns are compute.
     rows = [("gemm_qkv", 0, 96), ("attn", 0, 200), ("attn", 1, 400), ("gemm_qkv", 1, 96)]
-    tpl = Template(
-        job="hand",
-        block=np.full(4, BLOCK["f_layer"], np.int8),
-        layer=np.zeros(4, np.int64),
-        mb=np.zeros(4, np.int64),
-        role=np.array([ROLE[r] for r, _, _ in rows], np.int8),
-        bwd=np.array([d for _, d, _ in rows], np.int8),
-        dur_ns=np.array([t for _, _, t in rows], np.int64),
-        gap_ns=np.zeros(4, np.int64),
-        end_gap_ns=0,
-        step_ns=np.array([792], np.int64),
-    )
+    tpl = _layer_ops(rows)
     share = attention_compute_share(tpl, base, np.zeros(4))
     assert share == pytest.approx(180 / 600)
     # seq x2: the compute share x4 (s^2), the rest x2 (s)
@@ -377,19 +384,8 @@ def test_unfused_attention_is_all_score_work():
     rows = [("gemm_qkv", 0, 96), ("attn", 0, 200), ("attn", 1, 400), ("gemm_qkv", 1, 96)]
 
     def tpl(bwd_attn: str) -> Template:
-        return Template(
-            job="hand",
-            block=np.full(4, BLOCK["f_layer"], np.int8),
-            layer=np.zeros(4, np.int64),
-            mb=np.zeros(4, np.int64),
-            role=np.array([ROLE[r] for r, _, _ in rows], np.int8),
-            bwd=np.array([d for _, d, _ in rows], np.int8),
-            dur_ns=np.array([t for _, _, t in rows], np.int64),
-            gap_ns=np.zeros(4, np.int64),
-            end_gap_ns=0,
-            step_ns=np.array([792], np.int64),
-            names=["aten::linear", "aten::scaled_dot_product_attention", bwd_attn, "MmBackward0"],
-        )
+        attn = "aten::scaled_dot_product_attention"
+        return _layer_ops(rows, names=["aten::linear", attn, bwd_attn, "MmBackward0"])
 
     ev = "autograd::engine::evaluate_function: "
     # one fused backward node: the roofline split of the test above
@@ -410,20 +406,7 @@ def test_gemm_overhead_is_fitted_on_the_ops_doing_the_multiplies():
     roles = ["gemm_qkv", "gemm_out", "gemm_up", "gemm_down"]
     durs = [20 + x[ROLE[r]] * 1e-3 for r in roles]
     rows = [(r, 1, d) for r, d in zip(roles, durs, strict=True)] + [("gemm_head", 1, 4)] * 3
-    n = len(rows)
-    tpl = Template(
-        job="hand",
-        block=np.full(n, BLOCK["b_layer"], np.int8),
-        layer=np.zeros(n, np.int64),
-        mb=np.zeros(n, np.int64),
-        role=np.array([ROLE[r] for r, _, _ in rows], np.int8),
-        bwd=np.ones(n, np.int8),
-        dur_ns=np.array([round(t) for _, _, t in rows], np.int64),
-        gap_ns=np.zeros(n, np.int64),
-        end_gap_ns=0,
-        step_ns=np.array([1000], np.int64),
-    )
-    _, fitted = split_fixed(tpl, base)
+    _, fitted = split_fixed(_layer_ops(rows), base)
     assert fitted["gemm_bwd"] == pytest.approx(20, abs=1.0)
 
 
@@ -434,22 +417,12 @@ def test_token_ops_per_call_part_is_fitted_per_name():
     # forward token ops: `mul` at 4700 ns + 0.1 ns per element on tokens x hidden (16k) and
     # tokens x FFN (44k); `log_softmax` on one shape only, so the family's fit applies to it.
     # The roles' own features (not the elements) put both muls far off the family's line.
-    rows = [("tok_h", "aten::mul", 16384, 6338), ("tok_f", "aten::mul", 44032, 9103)]
-    rows += [("tok_v", "aten::log_softmax", 128000, 250000)]
-    n = len(rows)
-    tpl = Template(
-        job="hand",
-        block=np.full(n, BLOCK["f_layer"], np.int8),
-        layer=np.zeros(n, np.int64),
-        mb=np.zeros(n, np.int64),
-        role=np.array([ROLE[r[0]] for r in rows], np.int8),
-        bwd=np.zeros(n, np.int8),
-        dur_ns=np.array([r[3] for r in rows], np.int64),
-        gap_ns=np.zeros(n, np.int64),
-        end_gap_ns=0,
-        step_ns=np.array([300000], np.int64),
-        names=[r[1] for r in rows],
-        elems=np.array([r[2] for r in rows], np.int64),
+    ops = [("tok_h", "aten::mul", 16384, 6338), ("tok_f", "aten::mul", 44032, 9103)]
+    ops += [("tok_v", "aten::log_softmax", 128000, 250000)]
+    tpl = _layer_ops(
+        [(r, 0, t) for r, _, _, t in ops],
+        names=[n for _, n, _, _ in ops],
+        elems=np.array([e for _, _, e, _ in ops], np.int64),
     )
     base = ModelConfig(layers=1, hidden=128, ffn=344, heads=4, seq=64, micro_batch=2, vocab=1000)
     fixed, fitted = split_fixed(tpl, base)
