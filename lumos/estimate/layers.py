@@ -31,8 +31,8 @@ by name for the ops every trainer runs (layer norm, GELU, cross-entropy, ...), e
 micro-batch's tokens x hidden (or x the rank's FFN width, or x the vocabulary, or its attention
 scores) elements works on that activation and scales with it, whatever its name (GPT-2's tanh
 GELU as pow/tanh/mul, LLaMA's RMSNorm as pow/mean/rsqrt, rotary embeddings); its backward
-inherits the role. Before this, such
-ops kept their traced time at every size (GPT-2 at seq x2: -25%).
+inherits the role. Before this, such ops kept their traced time at every size (GPT-2 at seq x2:
+-25%).
 The template is cached as `<wh>/estimate_templates/job=<enc>/template.npz` (keyed on the job's
 trace hashes), so that an estimate after the first one never touches SQL.
 """

@@ -232,9 +232,9 @@ def attention_compute_share(tpl: Template, base: ModelConfig, fixed: np.ndarray)
     trace's own GEMMs achieve (a roofline split: the device's measured compute rate, not a
     datasheet peak). The rest — reading Q, K, V, writing O, per-row softmax statistics — scales
     with b·s·h. 1 (all s²) when the template has no GEMM to price it with."""
-    m = tpl.role == ROLE["attn"]
     if _unfused_attention(tpl):
         return 1.0
+    m = tpl.role == ROLE["attn"]
     var = tpl.dur_ns.astype(float) - fixed
     busy = float(var[m].sum())
     rate_f, rate_b = gemm_throughput(tpl, base_features(base), var)

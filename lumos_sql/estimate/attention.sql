@@ -9,8 +9,7 @@ SELECT
     count(*) FILTER (WHERE NOT in_bwd) AS n,
     count(*) FILTER (WHERE in_bwd) AS n_recompute
 FROM x_calls
-WHERE NOT is_outer AND name NOT IN ('aten::linear', 'aten::matmul', 'aten::mm', 'aten::addmm',
-                                    'aten::bmm', 'aten::baddbmm', 'aten::embedding')
+WHERE is_attention AND NOT is_outer
 GROUP BY ALL
 HAVING count(*) FILTER (WHERE NOT in_bwd) > 0
 ORDER BY rank, n DESC, name;

@@ -7,24 +7,29 @@
 --   * calls inside the autograd engine's backward (`in_bwd`: within an
 --     `autograd::engine::evaluate_function: ...` span of the same thread): the backward's own
 --     GEMMs, or a forward replayed by activation checkpointing.
--- Columns: rank, name, input_dims, input_types, is_outer, in_bwd.
+-- Columns: rank, name, input_dims, input_types, is_attention (else a GEMM or embedding),
+-- is_outer, in_bwd.
 CREATE OR REPLACE TEMP TABLE x_calls AS
 WITH e AS (
     SELECT rank, tid, event_idx, name, input_dims, input_types, ts_ns, ts_ns + dur_ns AS end_ns
     FROM events
     WHERE job = $job AND cat = 'cpu_op' AND ph = 'X'
+), kinds AS (
+    SELECT *,
+           (lower(name) LIKE '%attention%' OR lower(name) LIKE '%flash_attn%'
+            OR lower(name) LIKE '%fusedattn%') AND lower(name) NOT LIKE '%backward%'
+               AS is_attention
+    FROM e
+    WHERE input_dims IS NOT NULL
 ), calls AS (
     SELECT *,
            coalesce(lead(ts_ns) OVER (PARTITION BY rank, tid, name
                                       ORDER BY ts_ns, end_ns DESC, event_idx) < end_ns,
                     false) AS is_outer
-    FROM e
-    WHERE input_dims IS NOT NULL
-      AND (name IN ('aten::linear', 'aten::matmul', 'aten::mm', 'aten::addmm', 'aten::bmm',
-                    'aten::baddbmm', 'aten::embedding')
-           OR ((lower(name) LIKE '%attention%' OR lower(name) LIKE '%flash_attn%'
-                OR lower(name) LIKE '%fusedattn%')
-               AND lower(name) NOT LIKE '%backward%'))
+    FROM kinds
+    WHERE is_attention
+       OR name IN ('aten::linear', 'aten::matmul', 'aten::mm', 'aten::addmm', 'aten::bmm',
+                   'aten::baddbmm', 'aten::embedding')
 ), bwd AS (
     -- the latest end of the backward spans started so far on each thread
     SELECT rank, tid, ts_ns,
@@ -33,7 +38,7 @@ WITH e AS (
     FROM e
     WHERE name LIKE 'autograd::engine::evaluate_function:%'
 )
-SELECT c.rank, c.name, c.input_dims, c.input_types, c.is_outer,
+SELECT c.rank, c.name, c.input_dims, c.input_types, c.is_attention, c.is_outer,
        coalesce(b.reach_ns >= c.end_ns, false) AS in_bwd
 FROM calls AS c
 ASOF LEFT JOIN bwd AS b ON b.rank = c.rank AND b.tid = c.tid AND b.ts_ns <= c.ts_ns;

@@ -35,8 +35,7 @@ WITH jobs AS (
     -- sizes in other jobs
     WHERE slot > 0 AND regexp_matches(shape, '[0-9]') AND name NOT LIKE 'c10d::%'
       AND name NOT LIKE '%nccl%' AND name NOT LIKE 'gloo:%'
-      AND NOT (lower(name) LIKE '%attention%'
-               AND job IN (SELECT job FROM foreign_attention($job, $exclude)))
+      AND NOT borrowed_attention($job, $exclude, job, name)
 ), per_job AS (
     SELECT job, name, dims, count(*) AS n, median(dur_ns) AS med
     FROM ops GROUP BY job, name, dims

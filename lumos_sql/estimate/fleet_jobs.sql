@@ -22,7 +22,7 @@ GROUP BY job;
 -- takes the math path (bmm, softmax: 5x the time) where LLaMA of the same shapes takes the
 -- fused flash kernel. The kernel shows in the attention ops each job calls beneath it, so
 -- their names, together, tell the implementation; a job that calls other ones must not lend
--- its attention ops' times to the base's. Columns: job.
+-- its attention ops' times to the base's (`borrowed_attention`). Columns: job.
 CREATE OR REPLACE TEMP MACRO foreign_attention(base, excl) AS TABLE
 WITH impl AS (
     SELECT job, string_agg(DISTINCT name, ',' ORDER BY name) AS names
@@ -33,3 +33,9 @@ WITH impl AS (
 )
 SELECT job FROM impl
 WHERE names IS DISTINCT FROM (SELECT names FROM impl WHERE job = base);
+
+-- borrowed_attention(base, excl, op_job, op_name): an op of job `op_job` that is attention run
+-- by another kernel than the base's (foreign_attention): the fleet queries leave such ops out.
+CREATE OR REPLACE TEMP MACRO borrowed_attention(base, excl, op_job, op_name) AS
+    lower(op_name) LIKE '%attention%'
+    AND op_job IN (SELECT job FROM foreign_attention(base, excl));

@@ -15,8 +15,7 @@ SELECT
     count(*) FILTER (WHERE NOT in_bwd) AS n,
     count(*) FILTER (WHERE in_bwd AND name IN ('aten::linear', 'aten::matmul')) AS n_recompute
 FROM x_calls
-WHERE NOT is_outer AND name IN ('aten::linear', 'aten::matmul', 'aten::mm', 'aten::addmm',
-                                'aten::bmm', 'aten::baddbmm', 'aten::embedding')
+WHERE NOT is_attention AND NOT is_outer
 GROUP BY rank, name, input_dims
 HAVING count(*) FILTER (WHERE NOT in_bwd) > 0
 ORDER BY rank, n DESC, name, input_dims;

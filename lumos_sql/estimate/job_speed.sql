@@ -20,8 +20,7 @@ WITH jobs AS (
       -- only ops whose shapes are recorded: a name alone matches ops of other sizes
       AND regexp_matches(coalesce(e.input_dims, ''), '[0-9]')
       AND e.name NOT LIKE 'c10d::%' AND e.name NOT LIKE '%nccl%' AND e.name NOT LIKE 'gloo:%'
-      AND NOT (lower(e.name) LIKE '%attention%'
-               AND e.job IN (SELECT job FROM foreign_attention($job, $exclude)))
+      AND NOT borrowed_attention($job, $exclude, e.job, e.name)
     GROUP BY ALL
 ), base AS (
     SELECT name, dims, med FROM ops WHERE job = $job

@@ -23,7 +23,6 @@ SEMI JOIN base_types AS b
   ON b.name = e.name AND b.input_types IS NOT DISTINCT FROM e.input_types
 WHERE e.cat = 'cpu_op' AND e.ph = 'X' AND e.dur_ns > 0
   AND e.input_dims IS NOT NULL AND e.input_dims <> '[]'
-  AND NOT (lower(e.name) LIKE '%attention%'
-           AND e.job IN (SELECT job FROM foreign_attention($job, $exclude)))
+  AND NOT borrowed_attention($job, $exclude, e.job, e.name)
 GROUP BY e.name, e.input_dims, e.job
 ORDER BY e.job, e.name, e.input_dims;
