@@ -91,6 +91,13 @@ def test_binary_garbage(tmp_path: Path) -> None:
     assert "binary" in sniff(p)
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
+def test_utf16_or_32_text_is_named(tmp_path: Path, real_text: str, encoding: str) -> None:
+    p = tmp_path / "wide.json"
+    p.write_bytes(real_text[:20000].encode(encoding))  # with its byte order mark
+    expect(NotKinetoTrace, p, encoding.upper(), "UTF-8")
+
+
 def test_non_utf8_bytes(real_text: str, tmp_path: Path) -> None:
     i = real_text.index('"name": "') + len('"name": "')
     data = real_text[:i].encode() + b"\xff\xfe" + real_text[i:].encode()
@@ -144,6 +151,12 @@ def test_missing_trace_events(real_text: str, tmp_path: Path) -> None:
     p = tmp_path / "no_events.json"
     p.write_text(json.dumps(doc))
     expect(NotKinetoTrace, p, "without traceEvents")
+
+
+def test_trace_events_key_written_with_escapes(tmp_path: Path) -> None:
+    p = tmp_path / "escaped.json"
+    p.write_text('{"schemaVersion": 1, "trace\\u0045vents": []}')
+    expect(NotKinetoTrace, p, "traceEvents key is written with escape sequences")
 
 
 def test_json_array(tmp_path: Path, real_text: str) -> None:

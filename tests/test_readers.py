@@ -266,5 +266,23 @@ def test_braces_and_escapes_inside_strings(tmp_path: Path) -> None:
     assert rows[0]["name"] == 'f({[x]}) "q" \\ }'
 
 
+def test_keys_written_with_escapes_are_the_keys_json_reads(tmp_path: Path) -> None:
+    """JSON lets any key character be escaped: "n\\u0061me" is "name" to every parser."""
+    text = (
+        '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "n\\u0061me": "aten::mm", "pid": 1, '
+        '"tid": 2, "t\\u0073": 10, "d\\u0075r": 3, "args": {"External\\u0020id": 5, '
+        '"\\u0045xternal id\\u00e9": 6}}, {"ph": "X", "name\\n": "no", "name": "k", "pid": 1, '
+        '"tid": 2, "ts": 11, "dur": 1}]}'
+    )
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    for chunk in (1, 7, 1 << 20):
+        table = open_trace(path, chunk_bytes=chunk).read_all()
+        check_against_json(path, table)
+    rows = table.to_pylist()
+    assert [r["name"] for r in rows] == ["aten::mm", "k"]
+    assert rows[0]["ts_ns"] == 10_000 and rows[0]["dur_ns"] == 3_000
+
+
 def test_malformed_is_a_trace_error() -> None:
     assert issubclass(MalformedTrace, TraceError) and issubclass(NotKinetoTrace, TraceError)

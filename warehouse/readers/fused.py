@@ -294,6 +294,77 @@ def _match(buf, ks, ke, kbytes, koff, table, group):  # pragma: no cover - numba
     return f
 
 
+@kernel(inline=True)
+def _hex(c):  # pragma: no cover - numba
+    if c <= 57:
+        return c - 48
+    return (c | 32) - 87
+
+
+@kernel(inline=True)
+def _key_char(buf, i):  # pragma: no cover - numba
+    """(byte, next position) of the key character at buf[i], escapes decoded; 256 for a
+    `\\uXXXX` beyond ASCII (no kept key holds one). The string was validated by `_string`."""
+    c = buf[i]
+    if c != 92:
+        return c, i + 1
+    e = buf[i + 1]
+    if e == 117:
+        v = (_hex(buf[i + 2]) << 12) | (_hex(buf[i + 3]) << 8) | (_hex(buf[i + 4]) << 4)
+        v |= _hex(buf[i + 5])
+        return (v if v < 128 else 256), i + 6
+    if e == 98:
+        return 8, i + 2
+    if e == 102:
+        return 12, i + 2
+    if e == 110:
+        return 10, i + 2
+    if e == 114:
+        return 13, i + 2
+    if e == 116:
+        return 9, i + 2
+    return e, i + 2  # " \\ /
+
+
+@kernel
+def _match_escaped(buf, ks, ke, kbytes, koff, table, group):  # pragma: no cover - numba
+    """As `_match` for a key written with escapes ("n\\u0061me" is "name", as `json` reads it):
+    one pass for the decoded length and end bytes, one to compare."""
+    length = 0
+    first = -1
+    last = -1
+    i = ks
+    while i < ke:
+        c, i = _key_char(buf, i)
+        if first < 0:
+            first = c
+        last = c
+        length += 1
+    if length <= 0 or length >= table.shape[1] or last > 255 or first > 255:
+        return -1
+    f = table[group, length, (first + 3 * last) & 255]
+    if f < 0:
+        return -1
+    a = koff[f]
+    i = ks
+    for m in range(length):
+        c, i = _key_char(buf, i)
+        if c != kbytes[a + m]:
+            return -1
+    return f
+
+
+@kernel(inline=True)
+def _find_key(buf, ks, ke, kbytes, koff, table, group):  # pragma: no cover - numba
+    f = _match(buf, ks, ke, kbytes, koff, table, group)
+    if f >= 0:
+        return f
+    for m in range(ks, ke):
+        if buf[m] == 92:  # rare: only a key that matched nothing is looked at again
+            return _match_escaped(buf, ks, ke, kbytes, koff, table, group)
+    return -1
+
+
 @kernel
 def _event(
     buf, i, n, ev, starts, ends, totals, kbytes, koff, table, args_field, stack, err
@@ -328,9 +399,9 @@ def _event(
                 if j < 0:
                     return j
                 if depth == 1:
-                    f1 = _match(buf, ks, j - 1, kbytes, koff, table, 0)
+                    f1 = _find_key(buf, ks, j - 1, kbytes, koff, table, 0)
                 elif depth == 2 and in_args:
-                    f2 = _match(buf, ks, j - 1, kbytes, koff, table, 1)
+                    f2 = _find_key(buf, ks, j - 1, kbytes, koff, table, 1)
                 i = _ws(buf, j, n)
                 if i >= n:
                     return -1

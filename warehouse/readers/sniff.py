@@ -24,6 +24,11 @@ def describe_keys(keys: list[str], schema: str | None = None) -> str:
     if HOST_ET_KEYS & set(keys):
         version = f" (schema {schema})" if schema else ""
         return f"a PyTorch host execution trace{version}, not a Kineto trace: it has no traceEvents"
+    if "traceEvents" in keys:  # the scanner matches the key's bytes: only an escaped one got here
+        return (
+            "a JSON object whose traceEvents key is written with escape sequences; lumos reads "
+            'the key only as the plain bytes "traceEvents", which every profiler writes'
+        )
     shown = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")
     return f"a JSON object without traceEvents (keys: {shown or 'none'}), not a Kineto trace"
 
@@ -41,8 +46,22 @@ def describe_array(head: bytes) -> str:
     return "a JSON array, not a Kineto trace object"
 
 
+_UTF16_32 = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+
+
 def describe_binary(head: bytes) -> str:
     first = head[:8].hex(" ")
+    # text saved by Windows tools: a byte order mark, or NULs beside every ASCII byte
+    wide = next((name for bom, name in _UTF16_32 if head.startswith(bom)), None)
+    if wide is None and len(head) >= 4 and head[1:4:2] == b"\x00\x00" and head[0] in b"{[ ":
+        wide = "UTF-16"
+    if wide:
+        return f"{wide} text (first bytes {first}); a trace is UTF-8 JSON: re-encode it to UTF-8"
     return f"not JSON: binary data (first bytes {first})"
 
 
