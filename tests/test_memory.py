@@ -8,7 +8,9 @@ from torch_traces import require_torch
 
 from lumos.estimate.config import ModelConfig
 from lumos.estimate.memory import (
+    embedding_params,
     estimate_memory,
+    head_params,
     in_flight,
     layer_activation_bytes,
     model_params,
@@ -24,6 +26,18 @@ def test_parameter_count_by_hand():
     assert params_per_layer(SMALL) == 872
     # Embedding (16 + 4)·8 = 160, final norm 16 + head 128 = 144.
     assert model_params(SMALL) == 2 * 872 + 160 + 144 == 2048
+
+
+def test_vocabulary_split_only_when_vocab_parallel():
+    tp2 = SMALL.replace(tp=2)
+    # replicated: every TP rank holds the (16 + 4)·8 tables and the 16 + 16·8 head
+    assert (embedding_params(tp2, 2), head_params(tp2, 2)) == (160, 144)
+    vp = tp2.replace(vocab_parallel=True)
+    assert (embedding_params(vp, 2), head_params(vp, 2)) == (8 * 8 + 4 * 8, 16 + 8 * 8)
+    # the fp32 logits of the loss: 4·s·b·v, split by the vocabulary
+    logits = estimate_memory(tp2).peak.activation_bytes - 2 * layer_activation_bytes(tp2)
+    assert logits == 4 * 4 * 16
+    assert estimate_memory(vp).peak.activation_bytes - 2 * layer_activation_bytes(vp) == 4 * 4 * 8
 
 
 def test_activation_formula_by_hand():
@@ -105,3 +119,10 @@ def test_parameter_count_matches_groundtruth_model(torch_gt, hidden, heads, ffn,
     # One tensor-parallel rank's block: matrices and column-parallel biases split, rest replicated.
     block = model.Block(make_config({**kw, "tp": 2}, name="m"), 0, TPContext(size=2))
     assert params_per_layer(ModelConfig(**kw), tp=2) == sum(p.numel() for p in block.parameters())
+    # The trainer replicates the embedding and LM head over TP ranks: vocab_parallel's default.
+    tp_cfg = make_config({**kw, "tp": 2}, name="m")
+    embed, head = model.Embed(tp_cfg), model.Head(tp_cfg)
+    assert embedding_params(ModelConfig(**kw, tp=2), 2) == sum(
+        p.numel() for p in embed.parameters()
+    )
+    assert head_params(ModelConfig(**kw, tp=2), 2) == sum(p.numel() for p in head.parameters())

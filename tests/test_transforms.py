@@ -428,3 +428,23 @@ def test_token_ops_per_call_part_is_fitted_per_name():
     fixed, fitted = split_fixed(tpl, base)
     assert fixed[:2].tolist() == pytest.approx([4700, 4700], abs=2)
     assert fixed[2] == min(round(fitted["token_fwd"]), 225000)
+
+
+def test_vocabulary_roles_split_over_tp_only_when_vocab_parallel():
+    from lumos.estimate.config import ModelConfig
+    from lumos.estimate.retime import features, stage_param_counts
+
+    cfg = ModelConfig(layers=2, hidden=64, ffn=256, heads=4, seq=16, micro_batch=2, vocab=1000)
+    one, rep, vp = (
+        features(c) for c in (cfg, cfg.replace(tp=2), cfg.replace(tp=2, vocab_parallel=True))
+    )
+    for role in ("gemm_head", "tok_v"):
+        assert rep[ROLE[role]] == one[ROLE[role]]  # replicated head: all of it on every rank
+        assert vp[ROLE[role]] == one[ROLE[role]] / 2
+    assert rep[ROLE["gemm_qkv"]] == vp[ROLE["gemm_qkv"]] == one[ROLE["gemm_qkv"]] / 2
+    # the optimizer's parameters: (1000 + 16)·64 tables, 2·64 + 1000·64 head, whole or halved
+    layers = 2 * (4 * 64 * 64 + 2 * 64 * 256 + 3 * 64 + 256) / 2 + 2 * (64 + 64 + 4 * 64)
+    assert stage_param_counts(cfg.replace(tp=2)) == [layers + 1016 * 64 + 128 + 64000]
+    assert stage_param_counts(cfg.replace(tp=2, vocab_parallel=True)) == [
+        layers + 516 * 64 + 128 + 32000
+    ]

@@ -429,6 +429,8 @@ ESTIMATE_CONFIG_FIELDS = [
     pa.field("sequence_parallel", pa.bool_(), nullable=False),
     pa.field("gated_mlp", pa.bool_(), nullable=False),
     pa.field("flash_attention", pa.bool_(), nullable=False),
+    # null in rows written before the key existed (read as the default, false)
+    pa.field("vocab_parallel", pa.bool_()),
     pa.field("device_memory", pa.int64(), nullable=False),
 ]
 ESTIMATES = pa.schema(

@@ -3,7 +3,9 @@
 `ModelConfig` holds one training configuration: model shape (layers, hidden, ffn, heads, seq,
 vocab), batch (micro_batch, num_micro_batches), parallel degrees (dp, pp, tp, pp_schedule) and the
 memory-relevant choices (dtype_bytes, recompute, zero_stage, sequence_parallel, gated_mlp,
-flash_attention: a fused attention kernel that keeps no attention scores).
+flash_attention: a fused attention kernel that keeps no attention scores; vocab_parallel: tensor
+parallelism splits the embedding table and LM head by vocabulary, as Megatron does, instead of
+replicating them).
 `parse_overrides` turns `key=value` strings (`--base`, `--set`) into typed values, refusing unknown
 keys and bad values with a message that names the key, the value and where it came from.
 """
@@ -58,6 +60,7 @@ class ModelConfig:
     sequence_parallel: bool = False
     gated_mlp: bool = False
     flash_attention: bool = False
+    vocab_parallel: bool = False
     device_memory: int = 0
 
     @property
@@ -67,6 +70,11 @@ class ModelConfig:
     @property
     def world_size(self) -> int:
         return self.dp * self.pp * self.tp
+
+    @property
+    def vocab_tp(self) -> int:
+        """Ranks the vocabulary (embedding rows, LM head outputs) is split over."""
+        return self.tp if self.vocab_parallel else 1
 
     @property
     def head_dim(self) -> int:

@@ -187,8 +187,8 @@ def role_gemms(cfg: ModelConfig) -> dict[str, RoleGemms]:
     A linear of `k_in -> n_out` over t tokens multiplies (t, k_in) x (k_in, n_out) forward; its
     backward multiplies (t, n_out) x (n_out, k_in) for the input's gradient and
     (n_out, t) x (t, k_in) for the weight's. Tensor parallelism splits the QKV and up
-    projections' outputs and the out and down projections' inputs; a gated MLP has two up
-    projections (gate and up)."""
+    projections' outputs and the out and down projections' inputs (and the LM head's outputs
+    with `vocab_parallel`); a gated MLP has two up projections (gate and up)."""
     t = cfg.micro_batch * cfg.seq
     h, f, v, tp = cfg.hidden, cfg.ffn_size, max(cfg.vocab, 1), cfg.tp
     linears = {
@@ -196,7 +196,7 @@ def role_gemms(cfg: ModelConfig) -> dict[str, RoleGemms]:
         "gemm_out": [(max(h // tp, 1), h)],
         "gemm_up": [(h, max(f // tp, 1))] * (2 if cfg.gated_mlp else 1),
         "gemm_down": [(max(f // tp, 1), h)],
-        "gemm_head": [(h, v)],
+        "gemm_head": [(h, max(v // cfg.vocab_tp, 1))],
     }
     return {
         role: RoleGemms(

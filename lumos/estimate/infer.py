@@ -755,6 +755,10 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
 
     if vocab:
         f.set("vocab", vocab, 0.6, f"largest embedding table has {vocab} rows (per rank)")
+    # A replicated and a vocabulary-split table look alike on one rank (both `vocab` rows here)
+    f.default(
+        "vocab_parallel", False, "embedding and LM head replicated over TP ranks (Megatron splits)"
+    )
 
     # Recomputation: forward ops replayed inside the backward, checkpoint markers, or more
     # forward layer passes than micro-batches.

@@ -5,8 +5,9 @@ Model (a GPT decoder block: fused QKV with bias, attention-out, an MLP, two laye
 
 - parameters per layer: attention 4h² + 4h, MLP 2hf + f + h (gated: 3hf), norms 4h; embedding
   (vocab + seq)·h (learned positions) on the first stage, final norm 2h and an untied LM head
-  vocab·h on the last. Tensor parallelism splits the weight matrices, the column-parallel biases
-  and the vocabulary (Megatron); norms and row-parallel biases are replicated.
+  vocab·h on the last. Tensor parallelism splits the weight matrices and the column-parallel
+  biases; norms and row-parallel biases are replicated, and so are the embedding and LM head
+  unless `vocab_parallel` (Megatron's vocabulary split: v/t rows per rank).
 - gradients: one per parameter, dtype_bytes each. Optimizer (AdamW): two fp32 moments, plus an
   fp32 master copy when training in 2-byte precision (ZeRO paper's 2 + 2 + 12 bytes/parameter).
   ZeRO stage ≥ 1 shards the optimizer state over dp, ≥ 2 the gradients, 3 the parameters.
@@ -20,7 +21,7 @@ Model (a GPT decoder block: fused QKV with bias, attention-out, an MLP, two laye
   a time. A fused attention kernel (flash, memory-efficient: `flash_attention`) stores no scores
   either, only its softmax statistics, so it drops the 5·a·s/h term as selective recomputation
   does. Scaled by dtype_bytes / 2 for other precisions. The LM head's logits for the loss add
-  4·s·b·v/t on the last stage.
+  4·s·b·v on the last stage (/t with `vocab_parallel`).
 - micro-batches whose activations a stage holds: 1F1B up to min(pp − stage, m), GPipe all m.
 """
 
@@ -34,7 +35,9 @@ from lumos.estimate.config import ModelConfig
 __all__ = [
     "MemoryEstimate",
     "StageMemory",
+    "embedding_params",
     "estimate_memory",
+    "head_params",
     "layer_activation_bytes",
     "params_per_layer",
     "model_params",
@@ -65,17 +68,19 @@ EMBEDDING_TENSORS = 2
 HEAD_TENSORS = 3
 
 
-def _embedding_params(cfg: ModelConfig, tp: int = 1) -> int:
-    return (cfg.vocab // tp) * cfg.hidden + cfg.seq * cfg.hidden
+def embedding_params(cfg: ModelConfig, tp: int = 1) -> int:
+    """Token and position tables held by one of `tp` ranks."""
+    return (cfg.vocab // (tp if cfg.vocab_parallel else 1)) * cfg.hidden + cfg.seq * cfg.hidden
 
 
-def _head_params(cfg: ModelConfig, tp: int = 1) -> int:
-    return 2 * cfg.hidden + (cfg.vocab // tp) * cfg.hidden
+def head_params(cfg: ModelConfig, tp: int = 1) -> int:
+    """Final norm and LM head held by one of `tp` ranks."""
+    return 2 * cfg.hidden + (cfg.vocab // (tp if cfg.vocab_parallel else 1)) * cfg.hidden
 
 
 def model_params(cfg: ModelConfig) -> int:
     """Parameters of the whole (unsharded) model."""
-    return cfg.layers * params_per_layer(cfg) + _embedding_params(cfg) + _head_params(cfg)
+    return cfg.layers * params_per_layer(cfg) + embedding_params(cfg) + head_params(cfg)
 
 
 def stage_layers(layers: int, pp: int) -> list[int]:
@@ -187,16 +192,16 @@ def estimate_memory(cfg: ModelConfig, device_memory: int | None = None) -> Memor
     for i, n_layers in enumerate(per_stage):
         params = n_layers * params_per_layer(cfg, t)
         if i == 0:
-            params += _embedding_params(cfg, t)
+            params += embedding_params(cfg, t)
         if i == cfg.pp - 1:
-            params += _head_params(cfg, t)
+            params += head_params(cfg, t)
         held = in_flight(cfg, i)
         act = n_layers * act_layer * held
         if cfg.recompute == "full":
             full = layer_activation_bytes(cfg.replace(recompute="none"))
             act += full  # one block's activations rebuilt during its backward
         if i == cfg.pp - 1 and cfg.vocab:
-            act += 4 * cfg.seq * cfg.micro_batch * cfg.vocab // t * held
+            act += 4 * cfg.seq * cfg.micro_batch * cfg.vocab // cfg.vocab_tp * held
         stages.append(
             StageMemory(
                 stage=i,

@@ -19,12 +19,12 @@ qkv    t·h·3h/tp           (FLOPs ∝)
 out    t·h·h/tp
 up     t·h·f/tp (gated: 2×)
 down   t·f·h/tp
-head   t·h·v
+head   t·h·v/tp'           (tp' = tp with vocab_parallel, else 1: replicated)
 attn   b·s²·h/tp for the share of its time that is FLOPs at the trace's GEMM rate,
        b·s·h/tp for the rest (`attention_compute_share`)
 tok_h  t·h                 (bytes ∝)
 tok_f  t·f/tp
-tok_v  t·v
+tok_v  t·v/tp'
 emb    t·h
 param_l  parameters of one layer / tp
 opt    parameters held by the rank (its stage) / tp
@@ -45,6 +45,8 @@ from lumos.estimate.layers import ROLE, ROLES, Template, is_attention_name
 from lumos.estimate.memory import (
     EMBEDDING_TENSORS,
     HEAD_TENSORS,
+    embedding_params,
+    head_params,
     params_per_layer,
     stage_layers,
     tensors_per_layer,
@@ -57,7 +59,8 @@ TOKEN_ROLES = ("tok_h", "tok_f", "tok_v", "emb")
 def features(cfg: ModelConfig, stage_params: float | None = None) -> np.ndarray:
     """The feature of every role (indexed by ROLE code) for one configuration."""
     t = float(cfg.micro_batch * cfg.seq)
-    h, f, v, tp = float(cfg.hidden), float(cfg.ffn_size), float(max(cfg.vocab, 1)), float(cfg.tp)
+    h, f, tp = float(cfg.hidden), float(cfg.ffn_size), float(cfg.tp)
+    v = float(max(cfg.vocab, 1)) / cfg.vocab_tp
     gated = 2.0 if cfg.gated_mlp else 1.0
     out = np.ones(len(ROLES))
     out[ROLE["gemm_qkv"]] = t * h * 3 * h / tp
@@ -87,10 +90,8 @@ def stage_param_counts(cfg: ModelConfig) -> list[float]:
     """Parameters held by one rank of each pipeline stage (embedding first, head last)."""
     per_layer = params_per_layer(cfg, cfg.tp)
     counts = [float(n * per_layer) for n in stage_layers(cfg.layers, cfg.pp)]
-    emb = (cfg.vocab // cfg.tp + cfg.seq) * cfg.hidden
-    head = 2 * cfg.hidden + (cfg.vocab // cfg.tp) * cfg.hidden
-    counts[0] += emb
-    counts[-1] += head
+    counts[0] += embedding_params(cfg, cfg.tp)
+    counts[-1] += head_params(cfg, cfg.tp)
     return counts
 
 
