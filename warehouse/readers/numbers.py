@@ -27,7 +27,7 @@ ERROR_TEXT = {
     E_STRING: "is a string, expected a number",
     E_BOOL: "is a boolean, expected a number",
     E_CONTAINER: "is an object or array, expected a number",
-    E_OVERFLOW: "does not fit in a signed 64-bit integer",
+    E_OVERFLOW: "is outside the signed 64-bit range lumos stores (±9223372036854775807)",
     E_NOT_INT: "is not an integer",
 }
 
