@@ -6,13 +6,12 @@ traces beside it; the corpus ingests cleanly; the model replay reproduces every 
 the replay bounds (median <= 1%, max <= 3%); the base configuration inferred from each job's
 trace is the configuration it was run with; and estimation from two bases (issue 5).
 
-The estimation bounds of issue 5 (mean <= 4%, max <= 10% over every configuration) are not quite
-met (docs/estimate.md, "Accuracy on the corpus": 4.7% / 9.4% from `base`, 4.0% / 10.7% from
-`layers_x2`, where the same configuration measured twice on the
-quiet machine differs by up to 9.5% for single-rank runs and 20% for pipelined ones). What is
-asserted is that level with a margin: mean |error| at most 5.0% and every configuration within 11%
-of its median traced step, from both bases, and every parallel configuration predicted with its
-fleet warnings.
+The estimation bounds of issue 5 (mean <= 4%, max <= 10% over every configuration) are met from
+`layers_x2` (3.6% / 9.1%) and asserted there; from `base` the mean is not quite met
+(docs/estimate.md, "Accuracy on the corpus": 4.5% / 9.4%, where the same configuration measured
+twice on the quiet machine differs by up to 9.5% for single-rank runs and 20% for pipelined ones),
+so from `base` what is asserted is that level with a margin: mean |error| at most 5.0% and every
+configuration within 10%. Every parallel configuration must carry its fleet warnings.
 """
 
 from __future__ import annotations
@@ -101,8 +100,8 @@ def test_inferred_base_is_the_run_configuration(corpus_wh):
         assert got["flash_attention"] is True, job.name
 
 
-@pytest.mark.parametrize("base", ["base", "layers_x2"])
-def test_estimation_accuracy(corpus_wh, base):
+@pytest.mark.parametrize("base,mean_bound", [("base", 5.0), ("layers_x2", 4.0)])
+def test_estimation_accuracy(corpus_wh, base, mean_bound):
     rows = corpus_accuracy(CORPUS, corpus_wh, base=base)
     table = "\n".join(
         f"{r['config']:>22}: {r['predicted_ms']:7.1f} ms vs {r['measured_ms']:7.1f} ms "
@@ -114,8 +113,8 @@ def test_estimation_accuracy(corpus_wh, base):
     own = next(r for r in rows if r["config"] == base)
     assert abs(own["error_pct"]) <= 1.0, "a base must predict its own median step"
     others = [abs(r["error_pct"]) for r in rows if r["config"] != base]
-    assert sum(others) / len(others) <= 5.0, table
-    assert max(others) <= 11.0, table
+    assert sum(others) / len(others) <= mean_bound, table
+    assert max(others) <= 10.0, table
     parallel = [r for r in rows if r["config"] not in SHAPE_CHANGES]
     assert all(r["warnings"] >= 1 for r in parallel), "fleet-learned costs must be flagged"
     assert all(r["predicted_ms"] > 0 for r in rows)
