@@ -58,8 +58,8 @@ def describe_binary(head: bytes) -> str:
     first = head[:8].hex(" ")
     # text saved by Windows tools: a byte order mark, or NULs beside every ASCII byte
     wide = next((name for bom, name in _UTF16_32 if head.startswith(bom)), None)
-    if wide is None and len(head) >= 4 and head[1:4:2] == b"\x00\x00" and head[0] in b"{[ ":
-        wide = "UTF-16"
+    if wide is None and len(head) >= 4 and b"\x00\x00" in (head[1:4:2], head[0:4:2]):
+        wide = "UTF-16"  # no byte order mark: ASCII text with a NUL beside every byte
     if wide:
         return f"{wide} text (first bytes {first}); a trace is UTF-8 JSON: re-encode it to UTF-8"
     return f"not JSON: binary data (first bytes {first})"
@@ -102,6 +102,8 @@ def describe_head(head: bytes, gz: bool, error: str | None, size: int) -> str:
     if not text:
         return f"{wrap}empty content ({len(head)} blank bytes)"
     first = text[:1]
+    if text[1:8:2] == b"\x00" * 4:
+        return wrap + describe_binary(text)  # UTF-16 without a byte order mark
     if first == b"[":
         return wrap + describe_array(text)
     if first != b"{":
