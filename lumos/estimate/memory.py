@@ -68,14 +68,19 @@ EMBEDDING_TENSORS = 2
 HEAD_TENSORS = 3
 
 
+def _vocab_rows(cfg: ModelConfig, tp: int) -> int:
+    """Vocabulary rows one of `tp` ranks holds (all of them unless `vocab_parallel`)."""
+    return cfg.vocab // (tp if cfg.vocab_parallel else 1)
+
+
 def embedding_params(cfg: ModelConfig, tp: int = 1) -> int:
     """Token and position tables held by one of `tp` ranks."""
-    return (cfg.vocab // (tp if cfg.vocab_parallel else 1)) * cfg.hidden + cfg.seq * cfg.hidden
+    return _vocab_rows(cfg, tp) * cfg.hidden + cfg.seq * cfg.hidden
 
 
 def head_params(cfg: ModelConfig, tp: int = 1) -> int:
     """Final norm and LM head held by one of `tp` ranks."""
-    return 2 * cfg.hidden + (cfg.vocab // (tp if cfg.vocab_parallel else 1)) * cfg.hidden
+    return 2 * cfg.hidden + _vocab_rows(cfg, tp) * cfg.hidden
 
 
 def model_params(cfg: ModelConfig) -> int:

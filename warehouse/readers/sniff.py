@@ -54,12 +54,18 @@ _UTF16_32 = (
 )
 
 
+def wide_encoding(head: bytes) -> str | None:
+    """ "UTF-16" or "UTF-32" for text saved by Windows tools (a byte order mark, or a NUL beside
+    every ASCII byte), else None. JSON holds no raw NUL, so a trace never looks like this."""
+    wide = next((name for bom, name in _UTF16_32 if head.startswith(bom)), None)
+    if wide is None and len(head) >= 8 and b"\x00" * 4 in (head[1:8:2], head[0:8:2]):
+        wide = "UTF-16"
+    return wide
+
+
 def describe_binary(head: bytes) -> str:
     first = head[:8].hex(" ")
-    # text saved by Windows tools: a byte order mark, or NULs beside every ASCII byte
-    wide = next((name for bom, name in _UTF16_32 if head.startswith(bom)), None)
-    if wide is None and len(head) >= 4 and b"\x00\x00" in (head[1:4:2], head[0:4:2]):
-        wide = "UTF-16"  # no byte order mark: ASCII text with a NUL beside every byte
+    wide = wide_encoding(head)
     if wide:
         return f"{wide} text (first bytes {first}); a trace is UTF-8 JSON: re-encode it to UTF-8"
     return f"not JSON: binary data (first bytes {first})"
@@ -102,8 +108,8 @@ def describe_head(head: bytes, gz: bool, error: str | None, size: int) -> str:
     if not text:
         return f"{wrap}empty content ({len(head)} blank bytes)"
     first = text[:1]
-    if text[1:8:2] == b"\x00" * 4:
-        return wrap + describe_binary(text)  # UTF-16 without a byte order mark
+    if wide_encoding(text):
+        return wrap + describe_binary(text)
     if first == b"[":
         return wrap + describe_array(text)
     if first != b"{":

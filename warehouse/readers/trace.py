@@ -32,6 +32,7 @@ from warehouse.readers.sniff import (
     describe_head,
     describe_keys,
     looks_binary,
+    wide_encoding,
 )
 from warehouse.readers.source import fill, is_gzip, open_stream, read_head
 
@@ -211,8 +212,8 @@ class KinetoTrace:
     def _scan_error(self, rc: int, buf: bytes, pos: int, offset: int, n_events: int) -> None:
         at = offset + pos
         snippet = buf[pos : pos + 20].decode("utf-8", "replace")
-        if offset == 0 and pos < 8 and buf[1:8:2] == b"\x00" * 4:
-            raise NotKinetoTrace(self.path, describe_binary(buf[:64]))  # UTF-16, no BOM
+        if offset == 0 and pos < 8 and wide_encoding(buf[:8]):
+            raise NotKinetoTrace(self.path, describe_binary(buf[:64]))
         if rc == sc.E_NOT_OBJECT:
             if buf[pos : pos + 1] == b"[":
                 raise NotKinetoTrace(self.path, describe_array(buf[pos : pos + 4096]))
