@@ -169,12 +169,16 @@ def test_template_without_trainer_annotations(gt_warehouse, stripped_warehouse, 
 
 def test_predictions_without_trainer_annotations(gt_warehouse, stripped_warehouse):
     from lumos.api import Warehouse
+    from lumos.estimate.comm import CommModel
     from lumos.estimate.estimator import Estimator
     from lumos.estimate.layers import extract_template
 
     ref = Estimator.open(gt_warehouse, "base")
     got = Estimator.open(stripped_warehouse, "plain")
     assert got.base == ref.base
+    # the templates are under test, not the host laws (contention, working set, idle gaps,
+    # which re-time the moved ops by a few %): both without them
+    ref, got = (Estimator(e.tpl, e.base, CommModel.default(), []) for e in (ref, got))
     # the ops that move between micro-batch m's backward and m+1's forward (see above) sit in
     # micro-batch m+1's forward instead of the step's head: with pipeline stages or more
     # micro-batches, one boundary's worth of them (work + the idle gap before each) lands on

@@ -109,15 +109,20 @@ def test_one_tp_allreduce_per_linear():
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="corpus not checked out")
 def test_contention_sql_on_real_jobs(tmp_path):
     """dp2 runs base's exact per-rank work on two ranks of the same host: its ops are slower.
-    The estimator's cache follows the fleet: ingesting dp2 after a first estimate re-learns."""
+    The estimator's cache follows the fleet: ingesting dp2 after a first estimate re-learns
+    (before it, contention is the CPU host prior's, and the estimate says so)."""
     from lumos.api import Warehouse
+    from lumos.estimate import priors
     from lumos.estimate.estimator import Estimator
 
     wh = Warehouse.open(tmp_path / "wh", create=True)
     wh.ingest([str(CORPUS / "base")], job="base")
     before = Estimator.open(wh.root, "base")
-    assert before.contention.by_world == {}
-    assert before.predict([before.target({"dp": 2})])[0].warnings
+    prior = priors.load("cpu")
+    assert before.contention.by_world == prior.contention
+    assert before.contention.jobs == {2: [prior.cite()]}
+    warnings = before.predict([before.target({"dp": 2})])[0].warnings
+    assert any("host prior" in w and "contention" in w for w in warnings), warnings
     wh.ingest([str(CORPUS / "dp2")], job="dp2")
     c = Contention.calibrate(wh, "base")
     assert c.jobs == {2: ["dp2"]}

@@ -41,15 +41,15 @@ def corpus_jobs(corpus: Path) -> list[Path]:
     return sorted(p for p in Path(corpus).iterdir() if (p / "measured.json").is_file())
 
 
-def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[dict[str, Any]]:
-    """One row per configuration: predicted vs measured median traced step, error, spread."""
+def corpus_accuracy(
+    corpus: Path, warehouse: Path, base: str = "base", fleet: bool = True
+) -> list[dict[str, Any]]:
+    """One row per configuration: predicted vs measured median traced step, error, spread.
+    Without `fleet`, every estimate learns from the base's trace alone (and the host prior):
+    what a user with a single trace gets."""
     from lumos.api import Warehouse
-    from lumos.estimate.comm import CommModel
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.fleet import Contention
-    from lumos.estimate.idle_gaps import IdleGaps
-    from lumos.estimate.op_fleet import calibrate_shapes
-    from lumos.estimate.working_set import WorkingSet
+    from lumos.estimate.fleet_model import FleetModel
 
     jobs = corpus_jobs(corpus)
     if not any(j.name == base for j in jobs):
@@ -63,31 +63,31 @@ def corpus_accuracy(corpus: Path, warehouse: Path, base: str = "base") -> list[d
     rows = []
     # each job's inferred state, once for every held-out run
     states: dict[str, tuple[float, float] | None] = {}
+    # without the fleet, every job of the warehouse but the base is left out
+    others = sorted(set(wh.sql("SELECT DISTINCT job FROM traces")["job"]) - {base})
+    alone = None if fleet else FleetModel.learn(wh, base, exclude=others, states=states)
     for j in jobs:
         # what the fleet teaches (collective costs, contention) is learned without the run
         # being predicted
         held_out = [j.name] if j.name != base else []
-        comm = CommModel.calibrate(wh, base, exclude=held_out)
-        ws = WorkingSet.calibrate(wh, base, exclude=held_out, states=states)
-        gaps = IdleGaps.calibrate(wh, base, exclude=held_out, states=states)
-        gemms, ops = calibrate_shapes(wh, base, exclude=held_out, job_scale=ws.job_scales())
-        fleet = Estimator(
+        f = alone or FleetModel.learn(wh, base, exclude=held_out, states=states)
+        model = Estimator(
             est.tpl,
             est.base,
-            comm,
+            f.comm,
             est.base_notes,
-            Contention.calibrate(wh, base, exclude=held_out, lockstep_jobs=comm.lockstep_jobs),
-            gemms,
-            ops,
-            ws,
-            gaps,
+            f.contention,
+            f.gemms,
+            f.ops,
+            f.working_set,
+            f.gaps,
         )
         m = measured(j)
         cfg = {k: m["config"][k] for k in CONFIG_KEYS if k in m["config"]}
         if cfg.get("ffn") == 0:
             cfg["ffn"] = 4 * cfg["hidden"]
-        target = fleet.target(cfg, f"{j}/measured.json")
-        pred = fleet.predict([target], parallel=False)[0]
+        target = model.target(cfg, f"{j}/measured.json")
+        pred = model.predict([target], parallel=False)[0]
         step = m["traced"]["step"]
         err = (pred.predicted_ns - step["median"]) / step["median"]
         rows.append(

@@ -27,11 +27,16 @@ Without such samples the exposed bucket costs its transfer only (`exposed_notes`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from lumos.estimate.priors import HostPrior
+
+# the source of a model fitted on the warehouse's all-reduces
+FIT_SOURCE = "warehouse all-reduces"
 # Defaults when the warehouse holds no collective to fit on (ns, bytes/ns).
 DEFAULTS = {
     "cpu": (40_000.0, 1.0),  # gloo over loopback, one thread per rank
@@ -51,6 +56,37 @@ class CommModel:
     exposed_notes: list[str] = field(default_factory=list)
     # jobs whose collectives were synchronous: their ranks run in lock-step (fleet.Contention)
     lockstep_jobs: list[str] = field(default_factory=list)
+    exposed_learned: bool = False
+
+    @property
+    def learned_fit(self) -> bool:
+        """alpha and bw were fitted on the warehouse's all-reduces (not defaults or a prior)."""
+        return self.source == FIT_SOURCE
+
+    def with_prior(self, p: HostPrior) -> CommModel:
+        """A copy whose unlearned parts come from the host prior `p`, each saying so."""
+        out = replace(self)
+        why = "ingest multi-rank jobs of this host to learn its own"
+        if not self.learned_fit:
+            out.alpha_ns, out.bw_bytes_per_ns, out.source = p.alpha_ns, p.bw_bytes_per_ns, "prior"
+            out.notes = [
+                f"collective costs from {p.cite()}: {p.alpha_ns / 1e3:.0f} us per ring step, "
+                f"{p.bw_bytes_per_ns:.2f} GB/s (no all-reduce on this device in the warehouse; "
+                f"{why})"
+            ]
+        if self.sync_alpha_ns is None:
+            out.sync_alpha_ns = p.sync_alpha_ns
+            out.sync_notes = [
+                f"synchronous all-reduces: {p.sync_alpha_ns / 1e3:.0f} us per ring step from "
+                f"{p.cite()} (no blocking all-reduce on this device in the warehouse; {why})"
+            ]
+        if not self.exposed_learned:
+            out.exposed_wait_ns = p.exposed_wait_ns
+            out.exposed_notes = [
+                f"exposed all-reduces (DDP's last bucket): {p.exposed_wait_ns / 1e3:.0f} us of "
+                f"peer wait from {p.cite()} (none on this device in the warehouse; {why})"
+            ]
+        return out
 
     def allreduce_ns(self, nbytes: float, n: int, sync: bool = False) -> float:
         """A ring all-reduce; `sync` for one the caller blocks on (with its learned latency)."""
@@ -134,6 +170,7 @@ class CommModel:
             for (n, nbytes), ts in groups.items()
         ]
         self.exposed_wait_ns = float(np.mean(excess))
+        self.exposed_learned = True
         self.exposed_notes = [
             f"exposed all-reduces (DDP's last bucket): {self.exposed_wait_ns / 1e3:.0f} us of "
             f"peer wait beyond the transfer, learned from {len(samples)} collective(s) of "
@@ -170,7 +207,7 @@ class CommModel:
         n = np.array([k[0] for k in keys], float)
         per_step_bytes = np.array([k[1] for k in keys], float) / n
         t = np.array([np.percentile(groups[k], 25) for k in keys]) / (2 * (n - 1))
-        m = cls.fit(per_step_bytes, t, "warehouse all-reduces")
+        m = cls.fit(per_step_bytes, t, FIT_SOURCE)
         if m is None:
             return None
         m.notes = [

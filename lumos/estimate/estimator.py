@@ -37,6 +37,7 @@ from lumos.estimate.comm import CommModel
 from lumos.estimate.compress import CompressedGraph, compress
 from lumos.estimate.config import ConfigError, ModelConfig, parse_overrides
 from lumos.estimate.fleet import Contention
+from lumos.estimate.fleet_model import FleetModel
 from lumos.estimate.fleet_slope import state_of
 from lumos.estimate.gemm_fleet import GemmCurve, role_gemms
 from lumos.estimate.idle_gaps import IdleGaps
@@ -50,7 +51,7 @@ from lumos.estimate.layers import (
     template_path,
 )
 from lumos.estimate.memory import MemoryEstimate, estimate_memory
-from lumos.estimate.op_fleet import OpTimes, calibrate_shapes
+from lumos.estimate.op_fleet import OpTimes
 from lumos.estimate.retime import (
     GEMM_ROLES,
     TOKEN_ROLES,
@@ -84,7 +85,7 @@ from lumos.estimate.working_set import WorkingSet
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 16
+CACHE_FORMAT = 17
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -451,11 +452,13 @@ class Estimator:
             out += [n for n in self.comm.exposed_notes if n not in out]
         if _world(cfg) != _world(self.base) or (cfg.tp > 1) != (self.base.tp > 1):
             _, warn = self.contention.scale(*self._worlds(cfg))
-            out += warn
-        for scale in (self._state_scale, self._gap_scale):
-            _, warn = scale(cfg)
+            out += warn + self.contention.borrowed
+        for law, scale in ((self.working_set, self._state_scale), (self.gaps, self._gap_scale)):
+            f, warn = scale(cfg)
             if warn:
                 out.append(warn)
+            if law.borrowed and abs(f - 1.0) > 1e-3:
+                out += law.notes
         if cfg.layers > 4 * self.base.layers:
             out.append(f"layers {cfg.layers} more than 4x the base's {self.base.layers}")
         return out
@@ -645,11 +648,8 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
     extract_template(wh, job, cache=False, sizes=sizes).save(template_path(wh.root, job))
     folder = template_dir(wh.root, job)
     _write_json(folder / "base.json", {"config": inf.config.to_dict(), "warnings": inf.warnings})
-    comm = CommModel.calibrate(wh, job)
-    states: dict[str, tuple[float, float] | None] = {}
-    ws = WorkingSet.calibrate(wh, job, states=states)
-    gaps = IdleGaps.calibrate(wh, job, states=states)
-    gemms, ops = calibrate_shapes(wh, job, job_scale=ws.job_scales())
+    f = FleetModel.learn(wh, job)
+    comm = f.comm
     _write_json(
         folder / "comm.json",
         {
@@ -661,11 +661,11 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
             "sync_notes": comm.sync_notes,
             "exposed_wait_ns": comm.exposed_wait_ns,
             "exposed_notes": comm.exposed_notes,
-            "contention": Contention.calibrate(wh, job, lockstep_jobs=comm.lockstep_jobs).to_dict(),
-            "gemms": gemms.to_dict(),
-            "ops": ops.to_dict(),
-            "working_set": ws.to_dict(),
-            "gaps": gaps.to_dict(),
+            "contention": f.contention.to_dict(),
+            "gemms": f.gemms.to_dict(),
+            "ops": f.ops.to_dict(),
+            "working_set": f.working_set.to_dict(),
+            "gaps": f.gaps.to_dict(),
             "manifest": stamp,
             "format": CACHE_FORMAT,
         },

@@ -28,9 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from lumos.estimate.priors import HostPrior
 
 # A multi-rank job teaches contention only when most of its op time matched single-rank ops
 # (a TP job's sliced GEMMs match nothing; a job of other shapes matches little).
@@ -47,6 +50,8 @@ class Contention:
     ratios: dict[int, list[float]] = field(default_factory=dict)  # per job, for the interval
     # learned from jobs whose ranks run in lock-step (synchronous collectives: TP)
     lockstep: Contention | None = None
+    # the notes of the factors taken from a host prior (an estimate that uses them warns)
+    borrowed: list[str] = field(default_factory=list)
 
     def _for(self, lockstep: bool, world: int) -> Contention:
         """The model that speaks for a `world`-rank job of this kind (lock-step: its own when
@@ -115,6 +120,31 @@ class Contention:
         warn = [w for w in (wb, wt) if w]
         return ft / fb, warn
 
+    def with_prior(self, p: HostPrior) -> Contention:
+        """This model, with the host prior's factors where the warehouse taught none (multi-rank
+        jobs, lock-step jobs: each on its own)."""
+        out = Contention(dict(self.by_world), dict(self.jobs), [], dict(self.ratios), self.lockstep)
+        if not out.by_world:
+            out.by_world, out.ratios = dict(p.contention), dict(p.contention_ratios)
+            out.jobs = {w: [p.cite()] for w in p.contention}
+            out.notes.append(_prior_note("", p.contention, p))
+            out.borrowed.append(out.notes[-1])
+        else:
+            own = self.lockstep.notes if self.lockstep is not None else []
+            out.notes += [n for n in self.notes if n not in own]
+        if self.lockstep is None or not self.lockstep.by_world:
+            out.lockstep = Contention(
+                dict(p.lockstep),
+                {w: [p.cite()] for w in p.lockstep},
+                [_prior_note("lock-step ", p.lockstep, p)],
+                dict(p.lockstep_ratios),
+            )
+            out.notes += out.lockstep.notes
+            out.borrowed += out.lockstep.notes
+        else:
+            out.notes += self.lockstep.notes
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "by_world": {str(k): v for k, v in self.by_world.items()},
@@ -122,6 +152,7 @@ class Contention:
             "notes": self.notes,
             "ratios": {str(k): v for k, v in self.ratios.items()},
             "lockstep": self.lockstep.to_dict() if self.lockstep is not None else None,
+            "borrowed": self.borrowed,
         }
 
     @classmethod
@@ -134,6 +165,7 @@ class Contention:
             list(d.get("notes", [])),
             {int(k): [float(x) for x in v] for k, v in d.get("ratios", {}).items()},
             cls.from_dict(d["lockstep"]) if d.get("lockstep") else None,
+            list(d.get("borrowed", [])),
         )
 
     @classmethod
@@ -180,3 +212,11 @@ class Contention:
         if why:
             return cls(notes=[f"contention not learned ({why})"])
         return cls.from_rows(rows, lockstep_jobs)
+
+
+def _prior_note(kind: str, factors: dict[int, float], p: HostPrior) -> str:
+    worlds = ", ".join(f"world {w} {f:.2f}x" for w, f in sorted(factors.items()))
+    return (
+        f"{kind}contention from {p.cite()}: {worlds} (no {kind}multi-rank job on this device in "
+        "the warehouse; ingest such jobs of this host to learn its own)"
+    )

@@ -37,20 +37,37 @@ def fit_slope(points: Sequence[Point], law: str, unlearned: str, size: str) -> t
     return slope, f"{law}^{slope:.3f} (from {len(use)} job(s): {', '.join(p[0] for p in use)})"
 
 
+def slope_learned(points: Sequence[Point]) -> bool:
+    """Whether the points teach a slope (`fit_slope` fits one): two jobs that moved, at least."""
+    return sum(1 for p in points if abs(p[1]) >= MIN_LOG_RATIO and p[3] > 0) >= 2
+
+
+def span_of(points: Sequence[Point]) -> tuple[float, float]:
+    """(lowest, highest) log size ratio the points cover, the base's own (0) included."""
+    xs = [p[1] for p in points] + [0.0]
+    return min(xs), max(xs)
+
+
 def power_scale(
-    slope: float, points: Sequence[Point], base: float, target: float, what: str, effect: str
+    slope: float,
+    points: Sequence[Point],
+    base: float,
+    target: float,
+    what: str,
+    effect: str,
+    span: tuple[float, float] | None = None,
 ) -> tuple[float, str | None]:
-    """(target/base ** slope with the ratio clamped, a warning when beyond the fleet's range)."""
+    """(target/base ** slope with the ratio clamped, a warning when beyond the log ratios the
+    slope was learned over: `span`, else the points')."""
     if slope <= 0 or base <= 0 or target <= 0:
         return 1.0, None
     x = math.log(target / base)
-    xs = [p[1] for p in points] + [0.0]
-    lo, hi = min(xs), max(xs)
+    lo, hi = span if span is not None else span_of(points)
     warn = None
     if x < lo - 1e-9 or x > hi + 1e-9:
         warn = (
             f"{what} {math.exp(x):.2f}x the base's, beyond the {math.exp(lo):.2f}-"
-            f"{math.exp(hi):.2f}x the fleet measured: {effect} extrapolated"
+            f"{math.exp(hi):.2f}x its law was learned over: {effect} extrapolated"
         )
         x = min(max(x, -MAX_LOG_RATIO), MAX_LOG_RATIO)
     return math.exp(slope * x), warn

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lumos.estimate.fleet_slope import (
     Point,
@@ -34,7 +34,11 @@ from lumos.estimate.fleet_slope import (
     parse_points,
     points_from_rows,
     power_scale,
+    slope_learned,
 )
+
+if TYPE_CHECKING:
+    from lumos.estimate.priors import HostPrior
 
 
 @dataclass
@@ -45,12 +49,34 @@ class IdleGaps:
     # (job, log activation ratio to the base, log gap ratio, weight)
     points: list[Point] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # the log activation ratios gamma was learned over, when not the points' (a host prior's)
+    span: tuple[float, float] | None = None
+
+    @property
+    def borrowed(self) -> bool:
+        """The law is a host prior's (only `with_prior` sets a span of its own)."""
+        return self.span is not None
+
+    @property
+    def learned(self) -> bool:
+        return slope_learned(self.points)
+
+    def with_prior(self, p: HostPrior) -> IdleGaps:
+        """This model, or the host prior's law when the warehouse taught none."""
+        if self.learned:
+            return self
+        note = (
+            f"idle gaps between ops scale with one layer's activations as act^{p.gamma:.3f}, "
+            f"from {p.cite()} (the warehouse has fewer than two jobs on this device whose "
+            "activations differ from the base's by 10% or more)"
+        )
+        return IdleGaps(p.gamma, list(self.points), [note], p.gamma_span)
 
     def scale(self, base_act: float, target_act: float) -> tuple[float, str | None]:
         """(factor on the target's gaps, a warning when its ratio is beyond the fleet's)."""
         return power_scale(
             self.gamma, self.points, base_act, target_act, "per-layer activations",
-            "the idle gaps between ops are",
+            "the idle gaps between ops are", self.span,
         )  # fmt: skip
 
     @classmethod
@@ -87,10 +113,20 @@ class IdleGaps:
         return cls.from_rows(rows, sizes, sizes[job])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gamma": self.gamma, "points": [list(p) for p in self.points], "notes": self.notes}
+        return {
+            "gamma": self.gamma,
+            "points": [list(p) for p in self.points],
+            "notes": self.notes,
+            "span": list(self.span) if self.span is not None else None,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> IdleGaps:
         if not d:
             return cls(notes=["no idle-gap model cached"])
-        return cls(float(d.get("gamma", 0.0)), parse_points(d), list(d.get("notes", [])))
+        return cls(
+            float(d.get("gamma", 0.0)),
+            parse_points(d),
+            list(d.get("notes", [])),
+            tuple(float(x) for x in d["span"]) if d.get("span") else None,
+        )

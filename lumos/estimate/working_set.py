@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lumos.estimate.fleet_slope import (
     MAX_LOG_RATIO,
@@ -36,7 +36,11 @@ from lumos.estimate.fleet_slope import (
     parse_points,
     points_from_rows,
     power_scale,
+    slope_learned,
 )
+
+if TYPE_CHECKING:
+    from lumos.estimate.priors import HostPrior
 
 __all__ = ["MAX_LOG_RATIO", "WorkingSet"]
 
@@ -60,6 +64,33 @@ class WorkingSet:
     # (low, high) of exp(residual) of the well-matched jobs: how far a whole job's op speed
     # strayed from the fit (recording noise, drift within a day); 1 inside each
     spread: tuple[float, float] = (1.0, 1.0)
+    # the log state ratios beta was learned over, when not the points' (a host prior's)
+    span: tuple[float, float] | None = None
+
+    @property
+    def borrowed(self) -> bool:
+        """The law is a host prior's (only `with_prior` sets a span of its own)."""
+        return self.span is not None
+
+    @property
+    def learned(self) -> bool:
+        return slope_learned(self.points)
+
+    def with_prior(self, p: HostPrior) -> WorkingSet:
+        """This model, or the host prior's law when the warehouse taught none."""
+        if self.learned:
+            return self
+        return WorkingSet(
+            p.beta,
+            list(self.points),
+            [
+                f"ops slow with the per-rank training state as state^{p.beta:.3f}, from "
+                f"{p.cite()} (the warehouse has fewer than two jobs on this device whose state "
+                "differs from the base's by 10% or more)"
+            ],
+            p.beta_spread,
+            p.beta_span,
+        )
 
     def job_scales(self) -> dict[str, float]:
         """Each fleet job's fitted slowdown against the base: dividing its op samples by it
@@ -71,7 +102,7 @@ class WorkingSet:
         """(factor on the target's CPU op times, a warning when the state ratio is clamped)."""
         return power_scale(
             self.beta, self.points, base_bytes, target_bytes, "per-rank training state",
-            "its slowdown is",
+            "its slowdown is", self.span,
         )  # fmt: skip
 
     @classmethod
@@ -115,6 +146,7 @@ class WorkingSet:
             "points": [list(p) for p in self.points],
             "notes": self.notes,
             "spread": list(self.spread),
+            "span": list(self.span) if self.span is not None else None,
         }
 
     @classmethod
@@ -126,6 +158,7 @@ class WorkingSet:
             parse_points(d),
             list(d.get("notes", [])),
             tuple(float(x) for x in d.get("spread", (1.0, 1.0))),
+            tuple(float(x) for x in d["span"]) if d.get("span") else None,
         )
 
 

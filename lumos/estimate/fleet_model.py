@@ -1,0 +1,71 @@
+"""Everything the warehouse's fleet teaches an estimator of one base job, learned in one place.
+
+`FleetModel.learn(wh, job, exclude)` runs each fleet model's calibration (collectives,
+contention, working set, idle gaps, GEMM and attention curves) leaving out the jobs in `exclude`,
+then lets the host prior of the base's device kind (`priors.py`) fill in every law the fleet
+could not teach. The estimator's cache (`estimator._build_cache`) and the accuracy check
+(`accuracy.corpus_accuracy`, one model per held-out run) both come through here, so that what an
+estimate knows and what the accuracy figures measure are the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lumos.estimate.comm import CommModel
+from lumos.estimate.fleet import Contention
+from lumos.estimate.gemm_fleet import GemmCurve
+from lumos.estimate.idle_gaps import IdleGaps
+from lumos.estimate.op_fleet import OpTimes, calibrate_shapes
+from lumos.estimate.working_set import WorkingSet
+
+
+@dataclass
+class FleetModel:
+    comm: CommModel
+    contention: Contention
+    gemms: GemmCurve
+    ops: OpTimes
+    working_set: WorkingSet
+    gaps: IdleGaps
+
+    @classmethod
+    def learn(
+        cls,
+        wh: Any,
+        job: str,
+        exclude: Sequence[str] = (),
+        states: dict[str, tuple[float, float] | None] | None = None,
+        prior: bool = True,
+    ) -> FleetModel:
+        """What `wh`'s jobs (but those in `exclude`) teach about `job`'s device; with `prior`,
+        the laws they cannot teach come from the packaged prior of its device kind. `states`
+        memoises each job's inferred sizes across calls (one per held-out run)."""
+        from lumos.estimate import priors
+
+        states = {} if states is None else states
+        comm = CommModel.calibrate(wh, job, exclude=exclude)
+        ws = WorkingSet.calibrate(wh, job, exclude=exclude, states=states)
+        gaps = IdleGaps.calibrate(wh, job, exclude=exclude, states=states)
+        contention = Contention.calibrate(
+            wh, job, exclude=exclude, lockstep_jobs=comm.lockstep_jobs
+        )
+        p = priors.load(base_kind(wh, job)) if prior else None
+        if p is not None:
+            comm = comm.with_prior(p)
+            contention = contention.with_prior(p)
+            ws = ws.with_prior(p)
+            gaps = gaps.with_prior(p)
+        # the shape curves divide each job's samples by its working-set slowdown: after the prior
+        gemms, ops = calibrate_shapes(wh, job, exclude=exclude, job_scale=ws.job_scales())
+        return cls(comm, contention, gemms, ops, ws, gaps)
+
+
+def base_kind(wh: Any, job: str) -> str:
+    """'cpu' or 'gpu': the device kind of `job`'s traces ('cpu' when the warehouse cannot say)."""
+    from lumos.estimate.fleet_sql import fleet_rows
+
+    (rows,), why = fleet_rows(wh, ["base_kind"], job)
+    return str(rows[0][0]) if not why and rows and rows[0][0] else "cpu"

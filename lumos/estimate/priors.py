@@ -1,0 +1,170 @@
+"""What a host teaches before the warehouse has measured it: priors for the fleet's laws.
+
+The fleet models (`comm`, `fleet.Contention`, `working_set`, `idle_gaps`) learn a device's
+collective latencies, co-location slowdown, working-set and idle-gap laws from the warehouse's
+other jobs. A warehouse holding only the base job (the common first use: one trace, "what if")
+teaches none of them, and the bare physics then misses most of a multi-rank target's cost. On the
+ground-truth corpus from the 4-layer base alone: tensor parallelism was predicted 50% short (its
+synchronous all-reduces cost their 0.2 ms transfer where the host takes ~1.6 ms to hand off, wait
+and wake), data parallelism 12% short (DDP's last bucket waits ~3.4 ms for the later peer) and a
+12-layer model 9% short (no working-set slowdown).
+
+A `HostPrior` is those laws as one fleet measured them on one kind of host, kept as a JSON file
+per device kind (`priors/cpu.json`: the CPU prior, learned by `learn` from the bundled
+ground-truth corpus in `tests/data/corpus`, recorded on a 2-core host with one thread per rank
+and gloo over loopback). Each fleet model takes the prior only for what its own warehouse could
+not teach, and says so in its notes, so that an estimate's warnings name every law it borrowed.
+On two corpus recordings the bundled corpus never saw, estimates from the base alone with the
+prior were as accurate as with the rest of the recording as the fleet (docs/estimate.md). GPU
+devices have no prior: their collectives keep `comm.DEFAULTS`, and their CPU ops are launches
+that neither contention nor the working set slows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+PRIOR_DIR = Path(__file__).with_name("priors")
+
+
+@dataclass(frozen=True)
+class HostPrior:
+    """The fleet laws of one kind of host, and where they were learned (`source`)."""
+
+    kind: str
+    source: str
+    # collectives (comm.CommModel): ring step latency and bandwidth, synchronous step latency,
+    # an exposed asynchronous all-reduce's peer wait
+    alpha_ns: float
+    bw_bytes_per_ns: float
+    sync_alpha_ns: float
+    exposed_wait_ns: float
+    # co-location (fleet.Contention): world size -> slowdown, and each job's ratio (intervals)
+    contention: dict[int, float] = field(default_factory=dict)
+    contention_ratios: dict[int, list[float]] = field(default_factory=dict)
+    lockstep: dict[int, float] = field(default_factory=dict)
+    lockstep_ratios: dict[int, list[float]] = field(default_factory=dict)
+    # working set (working_set.WorkingSet): exponent, the log state ratios it was learned over,
+    # and how far whole jobs strayed from it
+    beta: float = 0.0
+    beta_span: tuple[float, float] = (0.0, 0.0)
+    beta_spread: tuple[float, float] = (1.0, 1.0)
+    # idle gaps (idle_gaps.IdleGaps): exponent and the log activation ratios it was learned over
+    gamma: float = 0.0
+    gamma_span: tuple[float, float] = (0.0, 0.0)
+
+    def cite(self) -> str:
+        """How a note names the prior."""
+        return f"the {self.kind} host prior ({self.source})"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("contention", "contention_ratios", "lockstep", "lockstep_ratios"):
+            d[k] = {str(w): v for w, v in d[k].items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HostPrior:
+        def worlds(k: str) -> dict[int, Any]:
+            return {int(w): v for w, v in d.get(k, {}).items()}
+
+        return cls(
+            str(d["kind"]),
+            str(d["source"]),
+            float(d["alpha_ns"]),
+            float(d["bw_bytes_per_ns"]),
+            float(d["sync_alpha_ns"]),
+            float(d["exposed_wait_ns"]),
+            worlds("contention"),
+            worlds("contention_ratios"),
+            worlds("lockstep"),
+            worlds("lockstep_ratios"),
+            float(d.get("beta", 0.0)),
+            _pair(d.get("beta_span"), 0.0),
+            _pair(d.get("beta_spread"), 1.0),
+            float(d.get("gamma", 0.0)),
+            _pair(d.get("gamma_span"), 0.0),
+        )
+
+
+def _pair(v: Any, default: float) -> tuple[float, float]:
+    return (float(v[0]), float(v[1])) if v else (default, default)
+
+
+def load(kind: str) -> HostPrior | None:
+    """The packaged prior of a device kind ('cpu', 'gpu'), or None when there is none."""
+    path = PRIOR_DIR / f"{kind}.json"
+    if not path.is_file():
+        return None
+    try:
+        return HostPrior.from_dict(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a host prior ({e})") from None
+
+
+def learn(wh: Any, job: str, source: str) -> HostPrior:
+    """The laws `wh`'s fleet teaches around base `job` (nothing borrowed from any prior), as a
+    prior for warehouses that hold no such fleet. Raises ValueError naming every law the fleet
+    could not teach: a prior is only as complete as the fleet it came from."""
+    from lumos.estimate.fleet_model import FleetModel, base_kind
+    from lumos.estimate.fleet_slope import span_of
+
+    f = FleetModel.learn(wh, job, prior=None)
+    c, ws, g = f.comm, f.working_set, f.gaps
+    lock = f.contention.lockstep
+    missing = [
+        name
+        for name, ok in (
+            ("all-reduce latency and bandwidth", c.learned_fit),
+            ("synchronous all-reduces", c.sync_alpha_ns is not None),
+            ("exposed all-reduces", c.exposed_learned),
+            ("multi-rank contention", bool(f.contention.by_world)),
+            ("lock-step contention", lock is not None and bool(lock.by_world)),
+            ("working-set slope", ws.learned),
+            ("idle-gap slope", g.learned),
+        )
+        if not ok
+    ]
+    if missing:
+        raise ValueError(
+            f"the fleet around {job!r} cannot teach a prior: no {', '.join(missing)} learned"
+        )
+    assert lock is not None
+    return HostPrior(
+        base_kind(wh, job),
+        source,
+        c.alpha_ns,
+        c.bw_bytes_per_ns,
+        float(c.sync_alpha_ns or 0.0),
+        c.exposed_wait_ns,
+        dict(f.contention.by_world),
+        dict(f.contention.ratios),
+        dict(lock.by_world),
+        dict(lock.ratios),
+        ws.beta,
+        span_of(ws.points),
+        ws.spread,
+        g.gamma,
+        span_of(g.points),
+    )
+
+
+def describe(p: HostPrior) -> list[str]:
+    """One line per law, for `lumos describe` and the docs."""
+    return [
+        f"collectives: {p.alpha_ns / 1e3:.0f} us per ring step, {p.bw_bytes_per_ns:.2f} GB/s; "
+        f"synchronous {p.sync_alpha_ns / 1e3:.0f} us per step; exposed bucket waits "
+        f"{p.exposed_wait_ns / 1e3:.0f} us",
+        "contention: "
+        + ", ".join(f"world {w} {v:.2f}x" for w, v in sorted(p.contention.items()))
+        + "; lock-step "
+        + ", ".join(f"world {w} {v:.2f}x" for w, v in sorted(p.lockstep.items())),
+        f"working set: ops slow as state^{p.beta:.3f} (state {math.exp(p.beta_span[0]):.2f}-"
+        f"{math.exp(p.beta_span[1]):.2f}x the base)",
+        f"idle gaps: act^{p.gamma:.3f} (activations {math.exp(p.gamma_span[0]):.2f}-"
+        f"{math.exp(p.gamma_span[1]):.2f}x the base)",
+    ]
