@@ -37,6 +37,24 @@ def fit_slope(points: Sequence[Point], law: str, unlearned: str, size: str) -> t
     return slope, f"{law}^{slope:.3f} (from {len(use)} job(s): {', '.join(p[0] for p in use)})"
 
 
+class SlopeLaw:
+    """What `working_set.WorkingSet` and `idle_gaps.IdleGaps` share: the fleet's points and, for
+    a law borrowed from a host prior, the span it was learned over."""
+
+    points: list[Point]
+    span: tuple[float, float] | None
+
+    @property
+    def borrowed(self) -> bool:
+        """The law is a host prior's (only `with_prior` sets a span of its own)."""
+        return self.span is not None
+
+    @property
+    def learned(self) -> bool:
+        """The warehouse's own jobs taught the slope."""
+        return slope_learned(self.points)
+
+
 def slope_learned(points: Sequence[Point]) -> bool:
     """Whether the points teach a slope (`fit_slope` fits one): two jobs that moved, at least."""
     return sum(1 for p in points if abs(p[1]) >= MIN_LOG_RATIO and p[3] > 0) >= 2

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 from lumos.estimate.fleet_slope import (
     Point,
+    SlopeLaw,
     fit_slope,
     fleet_sizes,
     parse_points,
     points_from_rows,
     power_scale,
-    slope_learned,
 )
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class IdleGaps:
+class IdleGaps(SlopeLaw):
     """Scale of the idle gaps between CPU ops against one layer's activations."""
 
     gamma: float = 0.0
@@ -51,15 +51,6 @@ class IdleGaps:
     notes: list[str] = field(default_factory=list)
     # the log activation ratios gamma was learned over, when not the points' (a host prior's)
     span: tuple[float, float] | None = None
-
-    @property
-    def borrowed(self) -> bool:
-        """The law is a host prior's (only `with_prior` sets a span of its own)."""
-        return self.span is not None
-
-    @property
-    def learned(self) -> bool:
-        return slope_learned(self.points)
 
     def with_prior(self, p: HostPrior) -> IdleGaps:
         """This model, or the host prior's law when the warehouse taught none."""

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 from lumos.estimate.fleet_slope import (
     MAX_LOG_RATIO,
     Point,
+    SlopeLaw,
     fit_slope,
     fleet_sizes,
     parse_points,
     points_from_rows,
     power_scale,
-    slope_learned,
 )
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ MAX_JOBS = 32
 
 
 @dataclass
-class WorkingSet:
+class WorkingSet(SlopeLaw):
     """Speed of CPU work against the per-rank training state, learned per device."""
 
     beta: float = 0.0
@@ -66,15 +66,6 @@ class WorkingSet:
     spread: tuple[float, float] = (1.0, 1.0)
     # the log state ratios beta was learned over, when not the points' (a host prior's)
     span: tuple[float, float] | None = None
-
-    @property
-    def borrowed(self) -> bool:
-        """The law is a host prior's (only `with_prior` sets a span of its own)."""
-        return self.span is not None
-
-    @property
-    def learned(self) -> bool:
-        return slope_learned(self.points)
 
     def with_prior(self, p: HostPrior) -> WorkingSet:
         """This model, or the host prior's law when the warehouse taught none."""
