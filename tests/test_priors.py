@@ -60,7 +60,7 @@ def test_comm_takes_only_what_it_did_not_learn():
     assert (m.alpha_ns, m.bw_bytes_per_ns) == (PRIOR.alpha_ns, PRIOR.bw_bytes_per_ns)
     assert m.sync_alpha_ns == PRIOR.sync_alpha_ns
     assert m.exposed_wait_ns == PRIOR.exposed_wait_ns
-    assert all("a test host" in n for n in m.notes + m.sync_notes + m.exposed_notes)
+    assert all("cpu host prior" in n for n in m.notes + m.sync_notes + m.exposed_notes)
     # a ring of 2 blocking on 64 KiB: 2 steps of the prior's synchronous latency, each moving
     # half the message at 2 bytes/ns
     assert m.allreduce_ns(65536, 2, sync=True) == pytest.approx(2 * (400_000 + 32768 / 2.0))
@@ -79,7 +79,7 @@ def test_contention_takes_each_factor_on_its_own():
     assert c.factor(2) == (1.05, None)
     assert c.factor(2, lockstep=True)[0] == 1.2
     assert c.spread(1, 2) == pytest.approx((1.0 / 1.05, 1.1 / 1.05))
-    assert len(c.borrowed) == 2 and all("a test host" in n for n in c.borrowed)
+    assert len(c.borrowed) == 2 and all("priors/cpu.json" in n for n in c.borrowed)
     # learned multi-rank contention is kept; only the missing lock-step factor is borrowed
     learned = Contention.from_rows([(2, "dp2", 1.3, 10, 0.9)])
     c = learned.with_prior(PRIOR)
@@ -106,7 +106,7 @@ def test_slopes_borrow_the_prior_law_with_its_span():
     assert WorkingSet.fit(two).with_prior(PRIOR) == WorkingSet.fit(two)  # learned: kept
 
     g = IdleGaps.fit([]).with_prior(PRIOR)
-    assert g.gamma == 0.3 and g.borrowed and "a test host" in g.notes[0]
+    assert g.gamma == 0.3 and g.borrowed and "cpu host prior" in g.notes[0]
     assert g.scale(1.0, 2.0) == (pytest.approx(2.0**0.3), None)
     assert IdleGaps.from_dict(g.to_dict()) == g
     assert not IdleGaps.fit(two).with_prior(PRIOR).borrowed

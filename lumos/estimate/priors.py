@@ -58,8 +58,8 @@ class HostPrior:
     gamma_span: tuple[float, float] = (0.0, 0.0)
 
     def cite(self) -> str:
-        """How a note names the prior."""
-        return f"the {self.kind} host prior ({self.source})"
+        """How a note names the prior: the file, which says where it was learned."""
+        return f"the {self.kind} host prior (lumos/estimate/priors/{self.kind}.json)"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
