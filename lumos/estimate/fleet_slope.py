@@ -25,7 +25,7 @@ MAX_LOG_RATIO = math.log(4.0)
 def fit_slope(points: Sequence[Point], law: str, unlearned: str, size: str) -> tuple[float, str]:
     """(slope, note): the slope is 0 when fewer than two jobs moved; the note says the `law`
     with its exponent and the jobs it came from, or `unlearned` and why."""
-    use = [p for p in points if abs(p[1]) >= MIN_LOG_RATIO and p[3] > 0]
+    use = _moved(points)
     if len(use) < 2:
         return 0.0, (
             f"{unlearned}: the warehouse has fewer than two jobs on this device whose {size} "
@@ -57,7 +57,12 @@ class SlopeLaw:
 
 def slope_learned(points: Sequence[Point]) -> bool:
     """Whether the points teach a slope (`fit_slope` fits one): two jobs that moved, at least."""
-    return sum(1 for p in points if abs(p[1]) >= MIN_LOG_RATIO and p[3] > 0) >= 2
+    return len(_moved(points)) >= 2
+
+
+def _moved(points: Sequence[Point]) -> list[Point]:
+    """The points whose size differs enough from the base's to speak about the slope."""
+    return [p for p in points if abs(p[1]) >= MIN_LOG_RATIO and p[3] > 0]
 
 
 def span_of(points: Sequence[Point]) -> tuple[float, float]:

@@ -113,7 +113,7 @@ def learn(wh: Any, job: str, source: str) -> HostPrior:
     from lumos.estimate.fleet_model import FleetModel, base_kind
     from lumos.estimate.fleet_slope import span_of
 
-    f = FleetModel.learn(wh, job, prior=None)
+    f = FleetModel.learn(wh, job, prior=False)
     c, ws, g = f.comm, f.working_set, f.gaps
     lock = f.contention.lockstep
     missing = [
@@ -154,7 +154,7 @@ def learn(wh: Any, job: str, source: str) -> HostPrior:
 
 
 def describe(p: HostPrior) -> list[str]:
-    """One line per law, for `lumos describe` and the docs."""
+    """One line per law, for a person reading a prior (the figures docs/estimate.md quotes)."""
     return [
         f"collectives: {p.alpha_ns / 1e3:.0f} us per ring step, {p.bw_bytes_per_ns:.2f} GB/s; "
         f"synchronous {p.sync_alpha_ns / 1e3:.0f} us per step; exposed bucket waits "
