@@ -6,12 +6,10 @@ traces beside it; the corpus ingests cleanly; the model replay reproduces every 
 the replay bounds (median <= 1%, max <= 3%); the base configuration inferred from each job's
 trace is the configuration it was run with; and estimation from two bases (issue 5).
 
-The estimation bounds of issue 5 (mean <= 4%, max <= 10% over every configuration) are met from
-`layers_x2` (3.6% / 9.1%) and asserted there; from `base` the mean is not quite met
-(docs/estimate.md, "Accuracy on the corpus": 4.5% / 9.4%, where the same configuration measured
-twice on the quiet machine differs by up to 9.5% for single-rank runs and 20% for pipelined ones),
-so from `base` what is asserted is that level with a margin: mean |error| at most 5.0% and every
-configuration within 10%. Every parallel configuration must carry its fleet warnings.
+The estimation bounds of issue 5 (mean <= 4%, max <= 10% over every configuration) are met and
+asserted from two bases, `base` (3.6% / 9.4%) and `layers_x2` (3.6% / 9.1%), each configuration
+predicted with the fleet's other runs only (docs/estimate.md, "Accuracy on the corpus"). Every
+parallel configuration must carry its fleet warnings.
 """
 
 from __future__ import annotations
@@ -100,8 +98,8 @@ def test_inferred_base_is_the_run_configuration(corpus_wh):
         assert got["flash_attention"] is True, job.name
 
 
-@pytest.mark.parametrize("base,mean_bound", [("base", 5.0), ("layers_x2", 4.0)])
-def test_estimation_accuracy(corpus_wh, base, mean_bound):
+@pytest.mark.parametrize("base", ["base", "layers_x2"])
+def test_estimation_accuracy(corpus_wh, base):
     rows = corpus_accuracy(CORPUS, corpus_wh, base=base)
     table = "\n".join(
         f"{r['config']:>22}: {r['predicted_ms']:7.1f} ms vs {r['measured_ms']:7.1f} ms "
@@ -111,9 +109,13 @@ def test_estimation_accuracy(corpus_wh, base, mean_bound):
     print(f"\nfrom {base}:\n{table}")
     assert {r["config"] for r in rows} == {j.name for j in corpus_jobs(CORPUS)}
     own = next(r for r in rows if r["config"] == base)
-    assert abs(own["error_pct"]) <= 1.0, "a base must predict its own median step"
+    # a base predicts its own median step, but for the fleet's run speed on its CPU work
+    # (a new run of it is one more draw of run speed): between the two, within 1%
+    speed = own["run_speed"]
+    assert min(1.0, speed) - 0.01 <= 1 + own["error_pct"] / 100 <= max(1.0, speed) + 0.01, own
+    assert speed == 1.0 or own["warnings"] >= 1, "a run speed taken from the fleet is said"
     others = [abs(r["error_pct"]) for r in rows if r["config"] != base]
-    assert sum(others) / len(others) <= mean_bound, table
+    assert sum(others) / len(others) <= 4.0, table
     assert max(others) <= 10.0, table
     parallel = [r for r in rows if r["config"] not in SHAPE_CHANGES]
     assert all(r["warnings"] >= 1 for r in parallel), "fleet-learned costs must be flagged"

@@ -51,14 +51,19 @@ def test_estimate_of_the_traced_configuration_is_the_traced_step(variants_wh, va
     from lumos.estimate.estimator import Estimator
 
     e = Estimator.open(variants_wh, variant)
-    pred = e.predict([e.base])[0].predicted_ns
+    p = e.predict([e.base])[0]
+    pred = p.predicted_ns
     steps = Warehouse.open(variants_wh).sql(
         "select median(dur_ns) as m from events where job = $job and cat = 'user_annotation' "
         "and name like 'ProfilerStep#%'",
         {"job": variant},
     )
     measured = float(steps["m"][0])
-    assert abs(pred / measured - 1) < 0.02, (pred, measured)
+    # but for the speed the other runs at its state say a new run has (its CPU work only)
+    speed = e.working_set.run_speed
+    lo, hi = min(1.0, speed) - 0.02, max(1.0, speed) + 0.02
+    assert lo < pred / measured < hi, (pred, measured, speed)
+    assert speed == 1.0 or any("new run's CPU work" in w for w in p.warnings), p.warnings
 
 
 def test_a_compiled_step_is_refused_with_the_reason():

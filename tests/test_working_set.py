@@ -28,12 +28,47 @@ def test_fit_is_weighted_least_squares_through_the_origin():
     want = (l2 * math.log(1.10) - 3 * l2 * math.log(0.95)) / (l2 * l2 + 3 * l2 * l2)
     assert ws.beta == pytest.approx(want)
     assert "big" in ws.notes[0] and "small" in ws.notes[0] and "same" not in ws.notes[0]
+    # the one run at the base's state says how fast a new run is: its speed, shrunk by 1/2
+    offset = math.log(0.92) / 2
+    assert ws.offset == pytest.approx(offset)
     # every point is kept (job_scales of the fleet's jobs), the fit used the two that moved
-    assert ws.job_scales()["big"] == pytest.approx(2**want)
-    assert ws.job_scales()["same"] == pytest.approx(1.0)
+    assert ws.job_scales()["big"] == pytest.approx(2**want * math.exp(offset))
+    assert ws.job_scales()["same"] == pytest.approx(math.exp(offset))
     # the interval's spread: how far whole well-matched jobs strayed from the fit
     assert ws.spread == pytest.approx((0.92, 1.10 / 2**want))
     assert WorkingSet.from_dict(ws.to_dict()).spread == pytest.approx(ws.spread)
+
+
+def test_the_fleets_run_speed_shrunk_by_its_number_of_runs():
+    # two runs at the base's state, matched on most of their op time, ran 10% faster; a job
+    # matched on 5% of its time says nothing about run speed
+    pts = [
+        ("a", 0.0, math.log(0.9), 1.0),
+        ("b", 0.0, math.log(0.9), 0.8),
+        ("c", math.log(2), math.log(0.5), 0.05),
+    ]
+    ws = WorkingSet.fit(pts)
+    assert ws.beta == 0.0  # one job moved: no slope
+    assert ws.offset == pytest.approx(math.log(0.9) * 2 / 3)
+    assert ws.run_speed == pytest.approx(0.9 ** (2 / 3))
+    assert ws.scale(1e6, 2e6) == (1.0, None)  # the state's law is apart from the run's speed
+    note = ws.run_notes()[0]
+    assert "11.1% slower than the 2 fleet job(s)" in note and "(a, b)" in note
+    # the base's own speed (1) and the fleet's (0.9) stay inside the interval about the estimate
+    lo, hi = ws.interval_spread()
+    assert lo * ws.run_speed == pytest.approx(0.9) and hi * ws.run_speed == pytest.approx(1.0)
+    assert WorkingSet.from_dict(ws.to_dict()).offset == pytest.approx(ws.offset)
+    # a well-matched job of another state speaks through the law, not about run speed
+    other = WorkingSet.fit(pts + [("d", math.log(2), math.log(1.5), 1.0)])
+    assert other.offset == pytest.approx(ws.offset) and "(a, b)" in other.run_notes()[0]
+    # a borrowed slope keeps the offset, its residuals taken about the prior's slope
+    from lumos.estimate.priors import load
+
+    borrowed = ws.with_prior(load("cpu"))
+    assert borrowed.offset == pytest.approx(ws.offset) and borrowed.run_notes()
+    # no well-matched run: the base's speed is the only one known
+    alone = WorkingSet.fit([pts[2]])
+    assert alone.offset == 0.0 and alone.run_notes() == [] and alone.run_speed == 1.0
 
 
 def test_too_few_jobs_or_a_negative_slope_teach_nothing():

@@ -101,6 +101,8 @@ def corpus_accuracy(
                 "max_ms": step["max"] / 1e6,
                 "in_interval": pred.interval_ns[0] <= step["median"] <= pred.interval_ns[1],
                 "warnings": len(pred.warnings),
+                # the fleet's run speed the CPU work took (working_set.WorkingSet.offset)
+                "run_speed": f.working_set.run_speed,
             }
         )
     return rows

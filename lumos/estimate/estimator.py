@@ -13,6 +13,9 @@ by 5% per doubling of the shape ratios applied to the roles that make up the pre
 the world size changes, by the spread of the contention the fleet's jobs showed
 (`lumos.estimate.fleet`), and by how far the fleet's whole jobs ran from the speed their training
 state predicts (`lumos.estimate.working_set`: recording noise the base's own steps cannot show).
+The fleet's runs also set the speed of the target's CPU work: when the jobs matched on most of
+their op time ran faster or slower than the base at their state, a new run is expected at their
+mean speed, shrunk by n / (n + 1) (`WorkingSet.offset`; said in the warnings).
 
 Speed-ups: ``speedup.<class>=N`` divides the durations of that class by N; classes are the
 roles of `lumos.estimate.layers.ROLES`, the families ``gemm`` (all GEMMs), ``token``
@@ -85,7 +88,7 @@ from lumos.estimate.working_set import WorkingSet
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 17
+CACHE_FORMAT = 18
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -305,9 +308,10 @@ class Estimator:
         sp = _speed_vector(speed, pp)
         # ranks sharing the device slow every CPU op (not the modelled collectives)
         cpu = np.ones(nc)
-        # and a larger training state slows them too (caches: working_set.py)
+        # and a larger training state slows them too (caches: working_set.py), at the speed
+        # the fleet's runs say a new run has
         cpu[:N_ROLES] = cpu[[cls_opt(s) for s in range(pp)]] = (
-            self.cpu_scale(cfg) * self._state_scale(cfg)[0]
+            self.cpu_scale(cfg) * self._state_scale(cfg)[0] * self.working_set.run_speed
         )
         # the optimizer's per-call parts follow its parameter tensors, its per-element parts
         # (mult) its parameters
@@ -459,6 +463,7 @@ class Estimator:
                 out.append(warn)
             if law.borrowed and abs(f - 1.0) > 1e-3:
                 out += law.notes
+        out += self.working_set.run_notes()
         if cfg.layers > 4 * self.base.layers:
             out.append(f"layers {cfg.layers} more than 4x the base's {self.base.layers}")
         return out
@@ -470,7 +475,7 @@ class Estimator:
         # contention varies between the fleet's jobs of one world size: so may the target's
         c_lo, c_hi = self.contention.spread(*self._worlds(cfg))
         # and whole jobs of the fleet ran faster or slower than their state says
-        w_lo, w_hi = self.working_set.spread
+        w_lo, w_hi = self.working_set.interval_spread()
         lo = pred * self.spread[0] * c_lo * w_lo * (1 - min(widen, 0.5))
         hi = pred * self.spread[1] * c_hi * w_hi * (1 + widen)
         return int(math.floor(min(lo, pred))), int(math.ceil(max(hi, pred)))
