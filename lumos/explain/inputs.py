@@ -95,17 +95,36 @@ class JobTables:
         s_mode = self.schedules.column("mode")
         for r in ranks:
             scheds = {}
-            in_rank = pa.array(s_rank == r)
-            for mode in sorted(pc.unique(s_mode.filter(in_rank)).to_pylist()):
-                sel = self.schedules.filter(pc.and_(in_rank, pc.equal(s_mode, mode)))
-                scheds[str(mode)] = sel.sort_by("task")
+            in_rank = s_rank == r
+            for mode in sorted(pc.unique(_rows(s_mode, in_rank)).to_pylist()):
+                sel = _rows(self.schedules, in_rank & _equal(s_mode, mode))
+                scheds[str(mode)] = _sorted(sel, "task")
             yield RankView(
                 self.job,
                 int(r),
-                self.tasks.filter(pa.array(t_rank == r)).sort_by("task"),
-                self.iterations.filter(pa.array(i_rank == r)).sort_by("step"),
+                _sorted(_rows(self.tasks, t_rank == r), "task"),
+                _sorted(_rows(self.iterations, i_rank == r), "step"),
                 scheds,
             )
+
+
+def _rows(t: pa.Table | pa.ChunkedArray, mask: np.ndarray) -> pa.Table | pa.ChunkedArray:
+    """The rows of `t` where `mask` holds; `t` itself when it holds everywhere (one rank, one
+    mode: the common case, where a filter would copy every column)."""
+    return t if mask.all() else t.filter(pa.array(mask))
+
+
+def _equal(col: pa.ChunkedArray, value: str) -> np.ndarray:
+    return np.asarray(pc.equal(col, value).to_numpy(zero_copy_only=False), bool)
+
+
+def _sorted(t: pa.Table, key: str) -> pa.Table:
+    """`t` by `key`: as it is when already in order (the replay writes every table so), else
+    sorted (a take of every column)."""
+    k = t.column(key).to_numpy()
+    if k.shape[0] < 2 or bool(np.all(k[1:] >= k[:-1])):
+        return t
+    return t.sort_by(key)
 
 
 def _with_steps(

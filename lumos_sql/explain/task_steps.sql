@@ -24,19 +24,27 @@ FROM (SELECT rank, task, ts_ns + origin_ns AS abs_ns FROM tasks WHERE NOT is_gpu
 ASOF JOIN x_it AS i ON i.rank = t.rank AND t.abs_ns >= i.cpu_start_ns
 WHERE t.abs_ns < i.stop_ns;
 
+-- the class is decided once per distinct (kind, name): a job has a few hundred kernel names
+-- for tens of thousands of GPU tasks
+CREATE OR REPLACE TEMP TABLE x_cls AS
+SELECT kind, name,
+       CAST(CASE
+           WHEN kind = 13 THEN NULL
+           WHEN kind = 14
+             OR regexp_matches(name, '(?i)(nccl|rccl|allreduce|all_reduce|allgather|all_gather|'
+                                     || 'reducescatter|reduce_scatter|alltoall|all_to_all|'
+                                     || 'sendrecv)')
+             OR (kind = 11 AND regexp_matches(name, '(?i)(ptop|peer)')) THEN 1
+           ELSE 0
+       END AS TINYINT) AS cls
+FROM (SELECT DISTINCT kind, name FROM tasks WHERE is_gpu);
+
 CREATE OR REPLACE TEMP TABLE x_task AS
 SELECT t.rank, t.task,
        CASE WHEN t.is_gpu THEN l.step ELSE c.step END AS step,
-       CAST(CASE
-           WHEN NOT t.is_gpu OR t.kind = 13 THEN NULL
-           WHEN t.kind = 14
-             OR regexp_matches(t.name, '(?i)(nccl|rccl|allreduce|all_reduce|allgather|all_gather|'
-                                       || 'reducescatter|reduce_scatter|alltoall|all_to_all|'
-                                       || 'sendrecv)')
-             OR (t.kind = 11 AND regexp_matches(t.name, '(?i)(ptop|peer)')) THEN 1
-           ELSE 0
-       END AS TINYINT) AS cls
+       CASE WHEN t.is_gpu THEN k.cls END AS cls
 FROM tasks AS t
 LEFT JOIN x_cpu_step AS c ON c.rank = t.rank AND c.task = t.task
 LEFT JOIN x_cpu_step AS l ON l.rank = t.rank AND l.task = t.launch_src
+LEFT JOIN x_cls AS k ON t.is_gpu AND k.kind = t.kind AND k.name IS NOT DISTINCT FROM t.name
 ORDER BY t.rank, t.task;
