@@ -7,8 +7,9 @@ Steps for each file:
      groups of about 1M rows). Parsing runs in a process pool when `workers > 1` and the
      files hold enough JSON to pay for starting the workers (`_pool_size`).
   3. Commit, under the warehouse's `flock`: re-read the manifest (another process may have
-     committed the same file meanwhile), refuse a second file claiming a (job, rank) already
-     held by other content, rename the events and trace_meta files into place, then append the
+     committed the same file meanwhile), move a later profiling window of a job to its own job
+     (`warehouse.windows`), refuse a second file claiming a (job, rank) already held by other
+     content, rename the events and trace_meta files into place, then append the
      manifest rows as one atomically renamed part. The manifest is the commit point: the catalog's
      views only show events of files with an `ok` manifest row, so a process killed between two
      renames leaves nothing visible, and the next ingest deletes the orphans.
@@ -33,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from warehouse import windows
 from warehouse.errors import TraceError
 from warehouse.jobs import (
     RANK_UNKNOWN,
@@ -566,6 +568,15 @@ def _commit(
             sha = task.sha256
             job = staged.job
             prev = in_batch.get((job, sha)) or manifest.get(job, sha)
+            window_note = None
+            if staged.error is None and (prev is None or prev["status"] != "ok"):
+                job, window_note = _window(layout, staged, rank_holder)
+                if job != staged.job:
+                    prev = in_batch.get((job, sha)) or manifest.get(job, sha)
+                    if prev is None or prev["status"] != "ok":
+                        _restamp(staged.events_tmp, job, staged.rank)
+                        _restamp_meta(staged.meta_tmp, job)
+                    staged.job = job
             outcome = FileOutcome(
                 str(planned.path), job, staged.rank, sha, size, "refused", "refused"
             )
@@ -610,6 +621,8 @@ def _commit(
                     outcome.action, outcome.status = "ingested", "ok"
                     outcome.n_events = staged.n_events
                     outcome.note = f"job from {staged.job_source}, rank from {staged.rank_source}"
+                    if window_note:
+                        outcome.note += f"; {window_note}"
             if staged.error is not None:
                 outcome.error = staged.error
                 if (
@@ -636,6 +649,45 @@ def _commit(
             outcomes[task.index] = outcome
         append_rows(layout, rows)  # the commit point: last
         compact(layout)
+
+
+def _window(
+    layout: Layout, staged: _Staged, rank_holder: dict[tuple[str, int], dict]
+) -> tuple[str, str | None]:
+    """The job a staged file goes to: its own, or a later profiling window of it
+    (`warehouse.windows`), with a note saying why."""
+    job = staged.job
+    held = [row for (j, _r), row in rank_holder.items() if j == job]
+    if not held or staged.events_tmp is None:
+        return job, None
+    holder = rank_holder.get((job, staged.rank))
+    apart = not any(windows.overlaps(staged.manifest, row) for row in held)
+    if holder is None and not apart:
+        return job, None
+    mine = windows.profiler_steps(staged.events_tmp)
+    other = holder if holder is not None else held[0]
+    if not mine or not other.get("events_file"):
+        return job, None
+    theirs = windows.profiler_steps(layout.root / other["events_file"])
+    if not theirs or mine & theirs:
+        return job, None
+    to = windows.window_job(job, mine)
+    return to, (
+        f"another profiling window of job {job!r}: steps {min(mine)}-{max(mine)}, where "
+        f"{other['path']} (rank {other['rank']}) holds steps {min(theirs)}-{max(theirs)}"
+    )
+
+
+def _restamp_meta(path: str | None, job: str) -> None:
+    """Rewrite a staged trace_meta file for another job (a few rows)."""
+    if path is None:
+        return
+    table = pq.read_table(path)
+    table = table.set_column(
+        0, TRACE_META.field("job"), _constant(job, table.num_rows, pa.string())
+    )
+    pq.write_table(table, path + ".restamp", compression=PARQUET_COMPRESSION)
+    os.replace(path + ".restamp", path)
 
 
 def _ingested_under_declared_job(layout: Layout, manifest: Manifest, sha: str) -> dict | None:
@@ -721,6 +773,15 @@ def ingest(
         prev = manifest.get(p.job, sha)
         if prev is None and not p.job_given:
             prev = _ingested_under_declared_job(layout, manifest, sha)
+        if prev is None:  # a later profiling window of the job, placed at its first ingest
+            prev = next(
+                (
+                    r
+                    for r in manifest.by_sha.get(sha, [])
+                    if r["status"] == "ok" and windows.is_window_of(r["job"], p.job)
+                ),
+                None,
+            )
         if prev is None or (
             prev["status"] == "refused"
             and any(m in (prev["error"] or "") for m in RETRIED_REFUSALS)

@@ -21,6 +21,10 @@ Rank
   3. else 0 when the file is the job's only file (or, by job rule 3, a job of its own);
   4. else (a job given with `--job`) the file is refused: a multi-file job needs to know which
      rank each file is.
+
+A later profiling window of a distributed job (same ranks, other steps) is moved at commit time
+to `<job>/steps-<first step>` (`warehouse.windows`): these rules cannot see it, since it needs
+the steps the files hold and what the warehouse already holds.
 """
 
 from __future__ import annotations

@@ -1,0 +1,61 @@
+"""Profiling windows: several trace files of one rank of one run.
+
+`torch.profiler` with `schedule(..., repeat=N)` writes one file per active window and rank (the
+tensorboard handler names them `<host>_<pid>.<ms>.pt.trace.json`), and every window's file carries
+the same `distributedInfo.rank`. They are not the same trace twice: the windows profile different
+steps, one after the other. The step counter is the key the ranks share (every rank's window k
+holds the same `ProfilerStep#` numbers, whatever its clock), so a later window of a job goes to
+`<job>/steps-<first step>`, and the ranks of that window meet there.
+
+A file is another window of `job` when, on the commit path only (no cost to the common case):
+* a file of the same rank is held in `job` with other content, or `job` holds files and this one
+  runs entirely outside the time span of every one of them (its rank's first window may not have
+  arrived yet: it must not join a window it is not part of);
+* and both sides hold `ProfilerStep#` annotations, with no step in common.
+Anything else stays as before: the same rank with overlapping steps is a conflict and is refused.
+The window ingested first keeps the job's own name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+WINDOW_MARK = "/steps-"
+_STEP = re.compile(r"ProfilerStep#(\d+)")
+
+
+def window_job(job: str, steps: Iterable[int]) -> str:
+    """The job of the window whose profiled steps are `steps` (non-empty)."""
+    return f"{job}{WINDOW_MARK}{min(steps)}"
+
+
+def is_window_of(candidate: str, job: str) -> bool:
+    """Whether `candidate` names a later window of `job`."""
+    rest = candidate.removeprefix(job + WINDOW_MARK)
+    return rest != candidate and rest.isdigit()
+
+
+def profiler_steps(events_parquet: str | Path) -> frozenset[int]:
+    """The `ProfilerStep#N` numbers of an events file (CPU annotations; empty without any)."""
+    table = pq.read_table(
+        events_parquet, columns=["name"], filters=[("cat", "=", "user_annotation")]
+    )
+    names = table.column("name")
+    hits = pc.filter(names, pc.starts_with(names, "ProfilerStep#")).unique().to_pylist()
+    return frozenset(int(m.group(1)) for n in hits if (m := _STEP.fullmatch(n or "")))
+
+
+def overlaps(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two manifest rows' time spans meet (unknown spans are taken to meet)."""
+    lo_a, hi_a, lo_b, hi_b = (
+        a.get("first_ts_ns"), a.get("last_ts_ns"), b.get("first_ts_ns"), b.get("last_ts_ns")
+    )  # fmt: skip
+    if None in (lo_a, hi_a, lo_b, hi_b):
+        return True
+    return lo_a <= hi_b and lo_b <= hi_a
