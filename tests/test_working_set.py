@@ -71,6 +71,20 @@ def test_the_fleets_run_speed_shrunk_by_its_number_of_runs():
     assert alone.offset == 0.0 and alone.run_notes() == [] and alone.run_speed == 1.0
 
 
+def test_contention_scale_is_the_state_against_the_jobs_compared_with():
+    states = {"pp": 50.0, "base": 100.0, "big": 400.0, "small": 25.0}
+    scale = WorkingSet(0.2).contention_scale(states.get)
+    # time-weighted median of the references' log states: base (3 of 5 units of time)
+    refs = [{"job": "small", "t": 1.0}, {"job": "base", "t": 3.0}, {"job": "big", "t": 1.0}]
+    assert scale("pp", refs) == pytest.approx(0.5**0.2)
+    # mostly compared with an 8x larger state: clamped at 4x, as the working-set law is
+    big = [{"job": "big", "t": 4.0}, {"job": "base", "t": 1.0}]
+    assert scale("pp", big) == pytest.approx(math.exp(-0.2 * MAX_LOG_RATIO))
+    assert scale("unknown", refs) == 1.0 and scale("pp", []) == 1.0
+    assert scale("pp", [{"job": "unknown", "t": 1.0}]) == 1.0
+    assert WorkingSet(0.0).contention_scale(states.get)("pp", refs) == 1.0
+
+
 def test_too_few_jobs_or_a_negative_slope_teach_nothing():
     one = WorkingSet.fit([("big", math.log(2), math.log(1.2), 1.0), ("near", 0.05, 0.3, 1.0)])
     assert one.beta == 0.0 and "not learned" in one.notes[0]

@@ -6,7 +6,10 @@ per DP or PP job, time-weighted over its ops, measured in the corpus). A single-
 show this, so the estimator learns it from the warehouse (`lumos_sql/estimate/contention.sql`):
 per multi-rank job on the base's device, the time-weighted ratio of its top-level ops' slots
 (duration + the dispatch gap after them) to the single-rank jobs' slots for the same (name,
-input shapes). The factor for a world
+input shapes), divided by the part of it the job's own training state explains (`calibrate`'s
+`state_scale`: the working-set law at the job's per-rank state against that of the single-rank
+jobs it was compared with; a pipeline rank's half of the layers makes its ops faster, which is
+not contention). The factor for a world
 size is the median over its jobs; a target's CPU work is scaled by f(target world) / f(base
 world). World sizes the warehouse has not seen take the nearest smaller one's factor, with a
 warning; a warehouse without multi-rank jobs on the device gives 1 and says so.
@@ -26,7 +29,7 @@ jobs' factor and say so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -184,7 +187,7 @@ class Contention:
     @classmethod
     def _learn(cls, rows: Sequence[tuple[Any, ...]], min_share: float, kind: str) -> Contention:
         per: dict[int, list[tuple[str, float]]] = {}
-        for world, job, ratio, _n, share in rows:
+        for world, job, ratio, _n, share, *_refs in rows:
             if ratio and ratio > 0 and share is not None and share >= min_share:
                 per.setdefault(int(world), []).append((str(job), float(ratio)))
         out = cls()
@@ -202,15 +205,28 @@ class Contention:
 
     @classmethod
     def calibrate(
-        cls, wh: Any, job: str, exclude: Sequence[str] = (), lockstep_jobs: Sequence[str] = ()
+        cls,
+        wh: Any,
+        job: str,
+        exclude: Sequence[str] = (),
+        lockstep_jobs: Sequence[str] = (),
+        state_scale: Callable[[str, Sequence[Mapping[str, Any]]], float] | None = None,
     ) -> Contention:
         """Learned from the warehouse's jobs on `job`'s device, leaving out `exclude`; the jobs
-        in `lockstep_jobs` (`CommModel.lockstep_jobs`) teach the lock-step factor."""
+        in `lockstep_jobs` (`CommModel.lockstep_jobs`) teach the lock-step factor.
+        `state_scale(job, refs)` is the working set's part of a job's ratio (its state against
+        that of the single-rank jobs it was compared with, `refs`): it is divided out, since an
+        estimate scales the target by its own state apart (`working_set.WorkingSet`)."""
         from lumos.estimate.fleet_sql import fleet_rows
 
         (rows,), why = fleet_rows(wh, ["contention"], job, exclude)
         if why:
             return cls(notes=[f"contention not learned ({why})"])
+        if state_scale is not None:
+            rows = [
+                (w, j, r / state_scale(str(j), refs or []) if r else r, n, sh)
+                for w, j, r, n, sh, refs in rows
+            ]
         return cls.from_rows(rows, lockstep_jobs)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from lumos.estimate.comm import CommModel
 from lumos.estimate.fleet import Contention
+from lumos.estimate.fleet_slope import state_lookup
 from lumos.estimate.gemm_fleet import GemmCurve
 from lumos.estimate.idle_gaps import IdleGaps
 from lumos.estimate.op_fleet import OpTimes, calibrate_shapes
@@ -49,15 +50,21 @@ class FleetModel:
         comm = CommModel.calibrate(wh, job, exclude=exclude)
         ws = WorkingSet.calibrate(wh, job, exclude=exclude, states=states)
         gaps = IdleGaps.calibrate(wh, job, exclude=exclude, states=states)
-        contention = Contention.calibrate(
-            wh, job, exclude=exclude, lockstep_jobs=comm.lockstep_jobs
-        )
         p = priors.load(base_kind(wh, job)) if prior else None
         if p is not None:
             comm = comm.with_prior(p)
-            contention = contention.with_prior(p)
             ws = ws.with_prior(p)
             gaps = gaps.with_prior(p)
+        # contention without the working set's part: an estimate applies the two apart
+        contention = Contention.calibrate(
+            wh,
+            job,
+            exclude=exclude,
+            lockstep_jobs=comm.lockstep_jobs,
+            state_scale=ws.contention_scale(state_lookup(wh, states)),
+        )
+        if p is not None:
+            contention = contention.with_prior(p)
         # the shape curves divide each job's samples by its working-set slowdown: after the prior
         gemms, ops = calibrate_shapes(wh, job, exclude=exclude, job_scale=ws.job_scales())
         return cls(comm, contention, gemms, ops, ws, gaps)

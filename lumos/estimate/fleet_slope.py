@@ -11,7 +11,7 @@ beyond the fleet's range is clamped at 4x either way, with a warning.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 # (job, log size ratio to the base, log quantity ratio to the base, weight)
@@ -159,6 +159,20 @@ def state_bytes(wh: Any, job: str) -> tuple[float, float] | None:
         return state_of(infer_base(wh, job).config)
     except (LookupError, ValueError):  # JobNotFound, ConfigError, unparsable shapes
         return None
+
+
+def state_lookup(
+    wh: Any, states: dict[str, tuple[float, float] | None]
+) -> Callable[[str], float | None]:
+    """A job's per-rank training state bytes (None: not inferable), memoised in `states`."""
+
+    def get(job: str) -> float | None:
+        if job not in states:
+            states[job] = state_bytes(wh, job)
+        s = states[job]
+        return s[0] if s is not None else None
+
+    return get
 
 
 def parse_points(d: dict[str, Any]) -> list[Point]:

@@ -33,8 +33,9 @@ slower than `num_micro_batches_x2` at equal state, and every estimate from it ha
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -121,6 +122,32 @@ class WorkingSet(SlopeLaw):
         alone, so that neither the state's nor the offset is counted twice (a target's times
         are multiplied by both again)."""
         return {job: math.exp(self.offset + self.beta * x) for job, x, _, _ in self.points}
+
+    def contention_scale(
+        self, state: Callable[[str], float | None]
+    ) -> Callable[[str, Sequence[Mapping[str, Any]]], float]:
+        """For `fleet.Contention.calibrate`: the slowdown a multi-rank job's training state
+        gives its ops against the single-rank jobs they were compared with (`refs`: each with
+        the job's time on the ops it shares; their time-weighted median log state is the
+        reference). A pipeline rank holds half the layers: its ops run faster for it, which is
+        not contention."""
+
+        def scale(job: str, refs: Sequence[Mapping[str, Any]]) -> float:
+            own = state(job)
+            pts = sorted(
+                (math.log(s), float(r["t"]))
+                for r in refs
+                if r.get("t") and (s := state(str(r["job"])))
+            )
+            if self.beta <= 0 or not own or not pts:
+                return 1.0
+            half = sum(t for _, t in pts) / 2
+            cum = itertools.accumulate(t for _, t in pts)
+            ref = next(x for (x, _), c in zip(pts, cum, strict=True) if c >= half)
+            x = min(max(math.log(own) - ref, -MAX_LOG_RATIO), MAX_LOG_RATIO)
+            return math.exp(self.beta * x)
+
+        return scale
 
     def scale(self, base_bytes: float, target_bytes: float) -> tuple[float, str | None]:
         """(factor on the target's CPU op times, a warning when the state ratio is clamped)."""

@@ -5,7 +5,10 @@
 -- ratio of its ops' median durations to the single-rank jobs' medians of the same (name, shapes),
 -- over the slots of top-level compute ops only (collectives and their waits are the comm model's). Jobs named in
 -- $exclude are left out (accuracy checks predict a job without learning from it).
--- Columns: world size, job, ratio, matched op keys, matched time share of the job's op time.
+-- Columns: world size, job, ratio, matched op keys, matched time share of the job's op time, and
+-- `refs`: the single-rank jobs its matched ops were compared with, each with the multi-rank job's
+-- time on the keys it shares ({job, t}): their training state is the reference the ratio was
+-- taken at (fleet.Contention removes the working set's part of the ratio with it).
 WITH jobs AS (
     SELECT job, device, world FROM fleet_jobs($job, $exclude)
 ), raw AS (
@@ -54,8 +57,18 @@ WITH jobs AS (
     GROUP BY j.world, p.job
 ), totals AS (
     SELECT job, sum(n * med) AS t_all FROM per_job GROUP BY job
+), shared AS (
+    SELECT p.job, o.job AS single, sum(p.n * p.med) AS t
+    FROM per_job AS p
+    JOIN jobs AS jm ON jm.job = p.job AND jm.world > 1
+    JOIN per_job AS o ON o.name = p.name AND o.dims = p.dims
+    JOIN jobs AS js ON js.job = o.job AND js.world = 1
+    GROUP BY p.job, o.job
+), refs AS (
+    SELECT job, list({'job': single, 't': t} ORDER BY single) AS refs FROM shared GROUP BY job
 )
-SELECT m.world, m.job, m.t_multi / m.t_single AS ratio, m.n_keys, m.t_multi / t.t_all AS share
-FROM multi AS m JOIN totals AS t USING (job)
+SELECT m.world, m.job, m.t_multi / m.t_single AS ratio, m.n_keys, m.t_multi / t.t_all AS share,
+       r.refs
+FROM multi AS m JOIN totals AS t USING (job) LEFT JOIN refs AS r USING (job)
 WHERE m.t_single > 0
 ORDER BY m.world, m.job;
