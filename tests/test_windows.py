@@ -89,6 +89,7 @@ def test_windows_of_one_rank_become_jobs_whose_ranks_meet(files, tmp_path, order
     assert list(zip(meta["job"], meta["rank"], strict=True)) == sorted(
         [("ddp", 0), ("ddp", 1), (window, 0), (window, 1)]
     )
+    assert report.jobs[window] == "window"
     moved = [f for f in report.files if f.job == window]
     assert moved and all("another profiling window of job 'ddp'" in f.note for f in moved)
 

@@ -870,7 +870,9 @@ def ingest(
 
     report.files = [outcomes[i] for i in range(len(planned))]
     for p, o in zip(planned, report.files, strict=True):
-        if o.status == "ok":
+        if o.status == "ok" and windows.is_window_of(o.job, p.job):
+            source = "window"
+        elif o.status == "ok":
             by_path = o.job == p.job or o.job.startswith(p.job + "/")  # jobs.py rule 3
             source = "given" if p.job_given else ("path" if by_path else "trace")
         else:

@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             "given": "given with --job",
             "trace": "named by the trace",
             "path": "from the directory / file name",
+            "window": "a later profiling window: other ProfilerSteps of the same ranks",
         }
         for job, source in report.jobs.items():
             ranks = sorted({f.rank for f in report.files if f.job == job and f.rank is not None})
