@@ -562,7 +562,10 @@ def _commit(
         manifest = read_manifest(layout)
         rows: list[dict] = []
         in_batch: dict[tuple[str, str], dict] = {}
-        rank_holder: dict[tuple[str, int], dict] = dict(manifest.ok_by_rank)
+        # job -> rank -> the ok row holding it (a job's rows at hand for the window check)
+        holders: dict[str, dict[int, dict]] = {}
+        for (j, r), row in manifest.ok_by_rank.items():
+            holders.setdefault(j, {})[r] = row
         for task, size, staged in batch:
             planned = task.planned
             sha = task.sha256
@@ -570,7 +573,7 @@ def _commit(
             prev = in_batch.get((job, sha)) or manifest.get(job, sha)
             window_note = None
             if staged.error is None and (prev is None or prev["status"] != "ok"):
-                job, window_note = _window(layout, staged, rank_holder)
+                job, window_note = _window(layout, staged, holders.get(staged.job, {}))
                 if job != staged.job:
                     prev = in_batch.get((job, sha)) or manifest.get(job, sha)
                     if prev is None or prev["status"] != "ok":
@@ -581,7 +584,7 @@ def _commit(
                 str(planned.path), job, staged.rank, sha, size, "refused", "refused"
             )
             if staged.error is None:
-                holder = rank_holder.get((job, staged.rank))
+                holder = holders.get(job, {}).get(staged.rank)
                 if prev is not None and prev["status"] == "ok":
                     outcome.action, outcome.status = "unchanged", "ok"
                     outcome.n_events = prev["n_events"]
@@ -617,7 +620,7 @@ def _commit(
                     )
                     rows.append(row)
                     in_batch[(job, sha)] = row
-                    rank_holder[(job, staged.rank)] = row
+                    holders.setdefault(job, {})[staged.rank] = row
                     outcome.action, outcome.status = "ingested", "ok"
                     outcome.n_events = staged.n_events
                     outcome.note = f"job from {staged.job_source}, rank from {staged.rank_source}"
@@ -651,21 +654,18 @@ def _commit(
         compact(layout)
 
 
-def _window(
-    layout: Layout, staged: _Staged, rank_holder: dict[tuple[str, int], dict]
-) -> tuple[str, str | None]:
+def _window(layout: Layout, staged: _Staged, held: dict[int, dict]) -> tuple[str, str | None]:
     """The job a staged file goes to: its own, or a later profiling window of it
-    (`warehouse.windows`), with a note saying why."""
+    (`warehouse.windows`), with a note saying why. `held`: rank -> ok row of its job."""
     job = staged.job
-    held = [row for (j, _r), row in rank_holder.items() if j == job]
     if not held or staged.events_tmp is None:
         return job, None
-    holder = rank_holder.get((job, staged.rank))
-    apart = not any(windows.overlaps(staged.manifest, row) for row in held)
+    holder = held.get(staged.rank)
+    apart = not any(windows.overlaps(staged.manifest, row) for row in held.values())
     if holder is None and not apart:
         return job, None
     mine = windows.profiler_steps(staged.events_tmp)
-    other = holder if holder is not None else held[0]
+    other = holder if holder is not None else next(iter(held.values()))
     if not mine or not other.get("events_file"):
         return job, None
     theirs = windows.profiler_steps(layout.root / other["events_file"])
