@@ -72,6 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except Exception as exc:
+        # DuckDB's errors (a damaged Parquet file in the warehouse, a bad query) name the file or
+        # the problem themselves: one line, not a traceback
+        if type(exc).__module__.split(".")[0] not in ("duckdb", "_duckdb"):
+            raise
+        print(f"lumos {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

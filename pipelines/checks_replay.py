@@ -36,23 +36,31 @@ def replay_accuracy(
 ) -> dg.AssetCheckResult:
     import lumos_sql
     from lumos.api import Warehouse
+    from warehouse.windows import windows_of
 
     job = context.partition_key
     wh = Warehouse.open(lumos.warehouse_path)
-    rows = wh.sql(lumos_sql.load("pipelines/replay_health"), params={"job": job}).to_dict("records")
-    unmatched = 0
-    if "collectives" in set(wh.sql("select view_name from duckdb_views()")["view_name"]):
-        unmatched = int(
-            wh.sql(lumos_sql.load("pipelines/unmatched_collectives"), params={"job": job}).iloc[
-                0, 0
-            ]
+    have_collectives = "collectives" in set(
+        wh.sql("select view_name from duckdb_views()")["view_name"]
+    )
+    # the partition's job and its later profiling windows, which its replay step replayed too
+    jobs = [job, *windows_of(job, wh.sql(lumos_sql.load("replay/jobs"))["job"])]
+    rows, unmatched = [], {}
+    for name in jobs:
+        rows += wh.sql(lumos_sql.load("pipelines/replay_health"), params={"job": name}).to_dict(
+            "records"
+        )
+        unmatched[name] = (
+            int(wh.sql(lumos_sql.load("pipelines/unmatched_collectives"), {"job": name}).iloc[0, 0])
+            if have_collectives
+            else 0
         )
     bad = [
         r for r in rows if r["median_rel_error"] > MEDIAN_BOUND or r["max_rel_error"] > MAX_BOUND
     ]
     lines = [
-        f"rank {r['rank']} {r['metric']}: median {100 * r['median_rel_error']:.2f} %, "
-        f"max {100 * r['max_rel_error']:.2f} % ({likely_cause(r, unmatched)})"
+        f"{r['job']} rank {r['rank']} {r['metric']}: median {100 * r['median_rel_error']:.2f} %, "
+        f"max {100 * r['max_rel_error']:.2f} % ({likely_cause(r, unmatched[r['job']])})"
         for r in bad
     ]
     return dg.AssetCheckResult(

@@ -11,19 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import lumos
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def lumos(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lumos", *args],
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 @pytest.fixture(scope="module")

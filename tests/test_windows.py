@@ -127,3 +127,49 @@ def test_a_window_does_not_join_a_job_holding_another_window(files, tmp_path):
         ("ddp/steps-2", 0): ["ProfilerStep#2"],
         ("ddp/steps-2", 1): ["ProfilerStep#2"],
     }
+
+
+def test_dagster_partition_ingests_and_replays_its_windows(files, tmp_path):
+    """One inbox job whose files hold two windows: the partition's ingest names the window job it
+    made, and its replay step replays (and its check judges) both jobs."""
+    import dagster as dg
+
+    from pipelines.assets.ingest import trace_events
+    from pipelines.assets.replay import job_replay
+    from pipelines.checks_replay import replay_accuracy
+    from pipelines.partitions import TRACE_JOBS
+    from pipelines.resources import WarehouseResource
+
+    inbox, wh_dir = tmp_path / "inbox", tmp_path / "wh"
+    (inbox / "ddp").mkdir(parents=True)
+    for path in files.values():
+        (inbox / "ddp" / path.name).write_bytes(path.read_bytes())
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(TRACE_JOBS, ["ddp"])
+    result = dg.materialize(
+        [trace_events, job_replay, replay_accuracy],
+        partition_key="ddp",
+        instance=instance,
+        resources={"lumos": WarehouseResource(warehouse=str(wh_dir), inbox=str(inbox))},
+    )
+    assert result.success
+    (ingested,) = result.asset_materializations_for_node("trace_events")
+    assert ingested.metadata["window_jobs"].value == "ddp/steps-5 (ranks 0,1)"
+    assert ingested.metadata["ranks"].value == "0,1"
+    assert ingested.metadata["files"].value == 2
+    (replayed,) = result.asset_materializations_for_node("job_replay")
+    assert replayed.metadata["jobs"].value == "ddp, ddp/steps-5"
+    assert replayed.metadata["ranks"].value == 4
+    check = next(e for e in result.get_asset_check_evaluations())
+    # both jobs' ranks are judged: each window is one step, so cpu_step of each of its ranks
+    judged = Warehouse.open(wh_dir).sql(
+        "SELECT job, count(*) AS n FROM replay_quality WHERE mode = 'model' AND n_steps > 0 "
+        "GROUP BY job ORDER BY job"
+    )
+    assert list(zip(judged["job"], judged["n"], strict=True)) == [("ddp", 2), ("ddp/steps-5", 2)]
+    assert check.metadata["metrics_checked"].value == 4
+    runs = Warehouse.open(wh_dir).sql("SELECT job, status FROM replay_runs ORDER BY job")
+    assert list(zip(runs["job"], runs["status"], strict=True)) == [
+        ("ddp", "ok"),
+        ("ddp/steps-5", "ok"),
+    ]

@@ -44,6 +44,7 @@ DERIVED_VIEWS: tuple[str, ...] = (
     "schedules",
     "iteration_replay",
     "replay_quality",
+    "replay_runs",
     "breakdown",
     "sm_utilization",
     "critical_path",

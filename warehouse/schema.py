@@ -327,6 +327,26 @@ REPLAY_QUALITY = pa.schema(
 )
 TABLES["replay_quality"] = REPLAY_QUALITY
 
+# One row per replayed job (lumos/replay/fleet.py), written after the job's result tables: what
+# the replay read (`inputs_sha256` over the job's ingested files, `code_sha256` over the graph
+# SQL and the replay and explanation code), so a nightly `lumos replay` skips jobs whose replay is
+# current and replays again those whose traces or whose rules changed.
+REPLAY_RUNS = pa.schema(
+    [
+        pa.field("job", pa.string(), nullable=False),
+        pa.field("inputs_sha256", pa.string(), nullable=False),
+        pa.field("code_sha256", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),  # 'ok' or 'failed'
+        pa.field("error", pa.string()),  # why it failed ('failed' rows only)
+        pa.field("explained", pa.bool_(), nullable=False),  # explanation tables written too
+        pa.field("n_ranks", pa.int32(), nullable=False),  # ingested ranks the replay read
+        pa.field("n_tasks", pa.int64()),  # tasks of the job's graph (null when it failed)
+        pa.field("seconds", pa.float64(), nullable=False),  # wall time of replay + explanation
+        pa.field("replayed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+TABLES["replay_runs"] = REPLAY_RUNS
+
 # Explanations of measured and replayed iterations (issue 3 item 5, lumos/explain/), one Parquet
 # file per job under <wh>/<table>/job=<enc>/. `mode` is 'measured' (the trace's own times),
 # 'model' or 'identity' (the replay's schedules). Times are ns from the rank's origin.

@@ -41,6 +41,12 @@ def is_window_of(candidate: str, job: str) -> bool:
     return rest != candidate and rest.isdigit()
 
 
+def windows_of(job: str, jobs: Iterable[str]) -> list[str]:
+    """The later windows of `job` among `jobs`, in order of their first step."""
+    found = [j for j in jobs if is_window_of(j, job)]
+    return sorted(found, key=lambda j: int(j.rsplit(WINDOW_MARK, 1)[1]))
+
+
 def profiler_steps(events_parquet: str | Path) -> frozenset[int]:
     """The `ProfilerStep#N` numbers of an events file (CPU annotations; empty without any)."""
     table = pq.read_table(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 DESCRIPTION = """\
 Ingest Kineto trace files (or every *.json / *.json.gz under the given directories) into the
@@ -37,41 +36,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 class _ProgressBar:
-    """A one-line progress bar on stderr; drawn when stderr is a terminal, or once the ingest has
-    run for a few seconds (then as plain lines, at most every few seconds)."""
+    """Files, megabytes and events so far, on one progress line."""
 
     def __init__(self) -> None:
-        self.start = time.monotonic()
-        self.tty = sys.stderr.isatty()
-        self.last = 0.0
-        self.drawn = False
+        from lumos.commands.progress import ProgressLine
+
+        self.line = ProgressLine()
 
     def __call__(self, p) -> None:
-        now = time.monotonic()
-        elapsed = now - self.start
-        if self.tty:
-            if now - self.last < 0.1 and p.files_done < p.files_total:
-                return
-        elif elapsed < 3 or now - self.last < 5:
-            return
-        self.last = now
-        frac = p.bytes_done / p.bytes_total if p.bytes_total else 1.0
-        bar = "#" * int(30 * frac)
-        line = (
-            f"[{bar:<30}] {p.files_done}/{p.files_total} files "
+        self.line.draw(
+            p.bytes_done / p.bytes_total if p.bytes_total else 1.0,
+            f"{p.files_done}/{p.files_total} files "
             f"{p.bytes_done / 1e6:,.1f}/{p.bytes_total / 1e6:,.1f} MB "
-            f"{p.events_done:,} events {elapsed:.0f}s"
+            f"{p.events_done:,} events {self.line.elapsed:.0f}s",
+            final=p.files_done >= p.files_total,
         )
-        if self.tty:
-            sys.stderr.write("\r" + line[:150])
-        else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-        self.drawn = True
 
     def close(self) -> None:
-        if self.drawn and self.tty:
-            sys.stderr.write("\n")
+        self.line.close()
 
 
 def run(args: argparse.Namespace) -> int:

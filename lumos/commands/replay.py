@@ -5,11 +5,22 @@ from __future__ import annotations
 import argparse
 import sys
 
+DESCRIPTION = """\
+Replay every ingested job (or each --job): rebuild its execution graph from the warehouse, replay
+it (model and identity modes; multirank for jobs of several ranks), explain it, and write the
+tables (iteration_replay, replay_quality, schedules, breakdown, critical_path, ...). A job whose
+replay is current (same ingested files, same lumos code; table replay_runs) is skipped, so a
+nightly run only replays what changed; --force replays it anyway. A job that fails is recorded
+with its error and the others go on. Prints replayed vs measured per job, rank and metric.
+Exits 1 when any job failed (or still fails), 2 on a bad argument."""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "replay",
         help="replay every ingested job (or --job) and print replayed vs measured iterations",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--job", action="append", help="job to replay (repeatable; default: all)")
     p.add_argument("--warehouse", default=None, help="warehouse directory ($LUMOS_WAREHOUSE)")
@@ -18,34 +29,93 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="skip the explanation tables (breakdown, SM utilisation, critical path)",
     )
+    p.add_argument(
+        "--force", action="store_true", help="replay jobs whose stored replay is current too"
+    )
+    p.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="replay N jobs in parallel (default 1)"
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the summary and errors")
     p.set_defaults(func=_run)
 
 
+class _Progress:
+    """Jobs done so far and the last one, on one progress line."""
+
+    def __init__(self) -> None:
+        from lumos.commands.progress import ProgressLine
+
+        self.line = ProgressLine()
+
+    def __call__(self, outcome, done: int, total: int) -> None:  # noqa: ANN001
+        self.line.draw(
+            done / total if total else 1.0,
+            f"{done}/{total} jobs {self.line.elapsed:.0f}s; {outcome.job}: {outcome.status} "
+            f"({outcome.seconds:.1f} s)",
+            final=done >= total,
+        )
+
+
 def _run(args: argparse.Namespace) -> int:
-    from lumos.api import Warehouse, WarehouseNotFound
-    from lumos.explain.run import explain_job
-    from lumos.replay.run import run
+    from lumos.api import WarehouseNotFound
+    from lumos.replay.fleet import replay_fleet, stored_quality
     from warehouse.catalog import build_catalog
 
-    failures: dict[str, str] = {}
+    if args.workers < 1:
+        print("lumos replay: --workers must be at least 1", file=sys.stderr)
+        return 2
+    bar = None if args.quiet else _Progress()
     try:
-        results = run(args.warehouse, args.job, failures=failures)
+        report = replay_fleet(
+            args.warehouse,
+            args.job,
+            force=args.force,
+            explain=not args.no_explain,
+            workers=args.workers,
+            on_job=bar,
+        )
     except (WarehouseNotFound, ValueError) as exc:
         print(f"lumos replay: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if bar:
+            bar.line.close()
+    from lumos.api import Warehouse
+
     root = Warehouse.open(args.warehouse).root
-    if not args.no_explain:
-        for res in results:
-            explain_job(root, res.job)
-    # The result tables are new folders: give them views in the catalog.
-    build_catalog(root)
+    if report.count("replayed") or report.count("failed"):
+        # the result tables may be new folders: give them views in the catalog
+        build_catalog(root)
+    if not args.quiet:
+        # replayed jobs, and the current ones the user named
+        shown = [
+            (o, o.quality if o.quality is not None else stored_quality(root, o.job))
+            for o in report.outcomes
+            if o.status == "replayed" or (o.status == "current" and args.job)
+        ]
+        _print_table(shown)
+        for o, quality in shown:
+            why = _nothing_scored(o, quality)
+            if why:
+                print(f"lumos replay: job {o.job!r}: {why}", file=sys.stderr)
+    for o in report.failed:
+        again = " (failed before on the same files and code)" if o.status == "still failing" else ""
+        print(
+            f"lumos replay: job {o.job!r} could not be replayed{again}: {o.error}", file=sys.stderr
+        )
+    print(report.summary())
+    return 1 if report.failed else 0
+
+
+def _print_table(shown: list) -> None:
+    if not shown:
+        return
     print(
         f"{'job':<24} {'rank':>4} {'metric':<9} {'steps':>5} {'model med/max %':>16} "
         f"{'identity med/max %':>19} {'slack ms':>9}"
     )
-    for res in results:
-        q = res.tables["replay_quality"].to_pylist()
-        by = {(r["rank"], r["metric"], r["mode"]): r for r in q}
+    for o, quality in shown:
+        by = {(r["rank"], r["metric"], r["mode"]): r for r in quality.to_pylist()}
         for rank, metric, mode in sorted(by):
             if mode != "model":
                 continue
@@ -56,30 +126,22 @@ def _run(args: argparse.Namespace) -> int:
             )
             slack = (m["unexplained_slack_ns"] or 0) / 1e6
             print(
-                f"{res.job:<24} {rank:>4} {metric:<9} {m['n_steps']:>5} "
+                f"{o.job:<24} {rank:>4} {metric:<9} {m['n_steps']:>5} "
                 f"{100 * m['median_rel_error']:>7.2f}/{100 * m['max_rel_error']:<8.2f} "
                 f"{ident:>19} {slack:>9.2f}"
             )
-    for res in results:
-        why = _nothing_scored(res)
-        if why:
-            print(f"lumos replay: job {res.job!r}: {why}", file=sys.stderr)
-    for job, message in sorted(failures.items()):
-        print(f"lumos replay: job {job!r} could not be replayed: {message}", file=sys.stderr)
-    return 1 if failures else 0
 
 
-def _nothing_scored(res) -> str | None:  # noqa: ANN001
+def _nothing_scored(outcome, quality) -> str | None:  # noqa: ANN001
     """Why a replayed job has no row in the table above (None when it has some)."""
-    if res.tables["replay_quality"].num_rows:
+    if quality.num_rows or outcome.n_iterations is None:
         return None
-    it = res.tables["iterations"]
-    if it.num_rows == 0:
+    if outcome.n_iterations == 0:
         return (
             "no ProfilerStep#N span in its trace, so there is no iteration to replay; "
             "profile with torch.profiler.schedule and call prof.step() every iteration"
         )
     return (
-        f"all {it.num_rows} traced step(s) are warm-up or truncated, so none is scored "
+        f"all {outcome.n_iterations} traced step(s) are warm-up or truncated, so none is scored "
         "(the first traced step is warm-up; profile a few more steps)"
     )

@@ -214,6 +214,20 @@ def list_jobs(con) -> list[str]:  # noqa: ANN001
     return [r[0] for r in con.execute(lumos_sql.load("replay/jobs")).fetchall()]
 
 
+def resolve_jobs(con, jobs: Sequence[str] | None, root: Path) -> list[str]:  # noqa: ANN001
+    """`jobs` (default: every job with an ingested trace); ValueError naming any unknown one."""
+    known = list_jobs(con)
+    todo = list(jobs) if jobs else known
+    have = set(known)
+    missing = [j for j in todo if j not in have]
+    if missing:
+        raise ValueError(
+            f"{root}: job(s) {', '.join(map(repr, missing))} not in the warehouse "
+            f"(known: {', '.join(sorted(known)[:20]) or 'none'})"
+        )
+    return todo
+
+
 def write_job(warehouse: str | os.PathLike[str], result: JobReplay) -> list[Path]:
     """Write a job's result tables (each atomically) and return their paths."""
     layout = Layout.at(warehouse)
@@ -223,6 +237,27 @@ def write_job(warehouse: str | os.PathLike[str], result: JobReplay) -> list[Path
         write_parquet_atomic(table, target)
         paths.append(target)
     return paths
+
+
+def replay_and_write(
+    warehouse: str | os.PathLike[str],
+    con,  # noqa: ANN001
+    job: str,
+    *,
+    write: bool = True,
+) -> JobReplay:
+    """Replay one job on an open catalog connection and (by default) write its result tables and,
+    for a multi-rank job, its matched collectives. The caller rebuilds the catalog: `con` still
+    reads it."""
+    coll = job_collectives(warehouse, con, job)
+    res = replay_job(con, job, collectives=coll)
+    if write:
+        write_job(warehouse, res)
+        if coll is not None:
+            from lumos.replay.collectives import write_collectives
+
+            write_collectives(warehouse, job, coll, catalog=False)
+    return res
 
 
 def run(
@@ -236,7 +271,8 @@ def run(
 
     With `failures` given, a job whose graph cannot be built or replayed is recorded there
     (job -> message) and the other jobs still run: one odd trace must not stop a nightly replay
-    of the fleet. Without it, the first failure raises."""
+    of the fleet. Without it, the first failure raises. Every job's tables stay in memory: this is
+    for a few jobs (tests, notebooks); `lumos.replay.fleet` replays a fleet one job at a time."""
     import duckdb
 
     from lumos.api import Warehouse
@@ -244,31 +280,16 @@ def run(
     wh = Warehouse.open(warehouse)
     con = duckdb.connect(str(wh.catalog), read_only=True)
     try:
-        todo = list(jobs) if jobs else list_jobs(con)
-        known = set(list_jobs(con))
-        missing = [j for j in todo if j not in known]
-        if missing:
-            raise ValueError(
-                f"{wh.root}: job(s) {', '.join(map(repr, missing))} not in the warehouse "
-                f"(known: {', '.join(sorted(known)[:20]) or 'none'})"
-            )
+        todo = resolve_jobs(con, jobs, wh.root)
         results = []
         for job in todo:
             try:
-                coll = job_collectives(wh.root, con, job)
-                res = replay_job(con, job, collectives=coll)
+                res = replay_and_write(wh.root, con, job, write=write)
             except Exception as exc:
                 if failures is None:
                     raise
                 failures[job] = f"{type(exc).__name__}: {exc}"
                 continue
-            if write:
-                write_job(wh.root, res)
-                if coll is not None:
-                    from lumos.replay.collectives import write_collectives
-
-                    # the caller rebuilds the catalog: this connection still reads it
-                    write_collectives(wh.root, job, coll, catalog=False)
             results.append(res)
         return results
     finally:

@@ -1,7 +1,7 @@
 -- replay_health: per rank and metric of one job, the model replay's error over complete steps,
 -- the trace's unexplained GPU slack, and how many of its collectives found no peers. Feeds the
 -- `replay_accuracy` asset check (pipelines/checks_replay.py). Parameter: $job.
-SELECT q.rank, q.metric, q.n_steps, q.median_rel_error, q.max_rel_error,
+SELECT q.job, q.rank, q.metric, q.n_steps, q.median_rel_error, q.max_rel_error,
        coalesce(q.unexplained_slack_ns, 0) AS unexplained_slack_ns,
        coalesce(q.n_unexplained, 0) AS n_unexplained
 FROM replay_quality AS q

@@ -81,7 +81,10 @@ def trace_events(
     )
     seconds = time.perf_counter() - started
 
-    outcomes = report.files
+    # files of a later profiling window went to their own job (`<job>/steps-N`); the counts below
+    # are the partition's job, the windows are listed apart
+    windows = sorted(j for j in report.jobs if j != job)
+    outcomes = [f for f in report.files if f.job not in windows]
     present = [f for f in outcomes if f.status == "ok"]
     errors = [f.error or "refused" for f in report.refused]
     for message in errors:
@@ -104,6 +107,11 @@ def trace_events(
         "mb_per_s": round(report.bytes_read / 1e6 / seconds, 1) if seconds > 0 else 0.0,
         "warehouse": dg.MetadataValue.path(str(lumos.warehouse_path)),
     }
+    if windows:
+        ranks = {w: sorted({f.rank for f in report.files if f.job == w}) for w in windows}
+        metadata["window_jobs"] = dg.MetadataValue.text(
+            "; ".join(f"{w} (ranks {','.join(map(str, r))})" for w, r in ranks.items())
+        )
     if errors:
         metadata["refused"] = dg.MetadataValue.md(
             "\n".join(f"- `{e}`" for e in errors[:MAX_ERRORS_SHOWN])

@@ -2,13 +2,14 @@
 
 Per job partition, after its ingestion. Writes the `iterations`, `tasks`, `deps`, `kernels`,
 `schedules`, `iteration_replay`, `replay_quality` and explanation tables as Parquet; the catalog
-asset then gives them views. All the work is `lumos.replay.run.run` and
-`lumos.explain.run.explain_job`, the same functions `lumos replay` calls.
+asset then gives them views. All the work is `lumos.replay.fleet.replay_one`, the
+function `lumos replay` calls per job (which also records the run in `replay_runs`). Dagster
+decides when a partition runs, so the asset replays even when the stored replay is current. A
+partition is a job of the inbox: the later profiling windows its files made (`<job>/steps-N`,
+warehouse/windows.py) are replayed in the same step.
 """
 
 # No `from __future__ import annotations`: Dagster reads the parameter annotations at runtime.
-
-import time
 
 import dagster as dg
 
@@ -26,21 +27,25 @@ from pipelines.resources import WarehouseResource
     "replay_quality, schedules, breakdown, critical_path, ...).",
 )
 def job_replay(context: dg.AssetExecutionContext, lumos: WarehouseResource) -> dg.MaterializeResult:
-    from lumos.explain.run import explain_job
-    from lumos.replay.run import run
+    from lumos.replay.fleet import replay_fleet
 
     job = context.partition_key
-    started = time.perf_counter()
-    (result,) = run(lumos.warehouse_path, [job])
-    explain_job(lumos.warehouse_path, job)
-    quality = result.tables["replay_quality"].to_pylist()
+    # the partition's later profiling windows (`<job>/steps-N`) came with its files: replay them too
+    report = replay_fleet(lumos.warehouse_path, [job], force=True, with_windows=True)
+    if report.failed:
+        raise dg.Failure(
+            "; ".join(f"job {o.job!r} could not be replayed: {o.error}" for o in report.failed)
+        )
+    quality = [q for o in report.outcomes for q in o.quality.to_pylist()]
     model = [q for q in quality if q["mode"] == "model" and q["median_rel_error"] is not None]
     worst = max((q["max_rel_error"] for q in model), default=None)
     return dg.MaterializeResult(
         metadata={
-            "ranks": len({q["rank"] for q in quality}),
+            "jobs": dg.MetadataValue.text(", ".join(o.job for o in report.outcomes)),
+            "ranks": len({(q["job"], q["rank"]) for q in quality}),
             "metrics": len(model),
+            "tasks": sum(o.n_tasks or 0 for o in report.outcomes),
             "worst_max_rel_error_pct": None if worst is None else round(100 * worst, 3),
-            "seconds": round(time.perf_counter() - started, 3),
+            "seconds": round(report.seconds, 3),
         }
     )

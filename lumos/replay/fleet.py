@@ -1,0 +1,300 @@
+"""Replay a fleet: every job of the warehouse, one job in memory at a time, skipping current ones.
+
+A nightly run over thousands of jobs must neither hold them all in memory nor replay the whole
+fleet again each night. So each job is replayed, explained and written, then dropped (only its
+`replay_quality` rows are kept, for the caller's table); and a job is skipped when table
+`replay_runs` says its stored replay read the same files (`inputs_sha256`, from the manifest)
+with the same code (`code_sha256`, over the graph SQL and the replay and explanation modules: an
+upgrade of lumos replays the fleet again by itself). A job's `replay_runs` row is written after
+its tables, so a run killed mid-job replays that job next time. A job that failed is recorded
+too, and is not tried again until its files or the code change ("still failing").
+
+With `workers > 1` jobs run in a process pool (spawned processes, each with its own read-only
+catalog connection); every job writes only its own `job=<enc>` files, so the workers never touch
+the same file. The caller rebuilds the catalog afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import lumos_sql
+from lumos.explain.inputs import job_file
+from warehouse.layout import write_parquet_atomic
+from warehouse.schema import REPLAY_QUALITY, REPLAY_RUNS
+from warehouse.windows import windows_of
+
+__all__ = [
+    "FleetReport",
+    "JobInputs",
+    "JobOutcome",
+    "code_sha256",
+    "replay_fleet",
+    "replay_one",
+]
+
+# What a replay's result depends on besides the traces: the files whose change must replay again.
+_CODE_GLOBS: tuple[tuple[str, str], ...] = (
+    ("lumos_sql", "graph/*.sql"),
+    ("lumos_sql", "replay/*.sql"),
+    ("lumos_sql", "explain/*.sql"),
+    ("kernels", "*.py"),
+    ("lumos.replay", "*.py"),
+    ("lumos.explain", "*.py"),
+    ("warehouse", "schema.py"),
+)
+
+
+@cache
+def code_sha256() -> str:
+    """sha256 over the graph SQL and the replay, kernel and explanation code (as installed)."""
+    import importlib
+
+    h = hashlib.sha256()
+    for package, pattern in _CODE_GLOBS:
+        folder = Path(importlib.import_module(package).__file__).parent
+        for path in sorted(folder.glob(pattern)):
+            h.update(f"{package}/{path.relative_to(folder)}\0".encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    """What a job's replay reads: a hash over its ingested files, and its number of ranks."""
+
+    job: str
+    inputs_sha256: str
+    n_ranks: int
+
+
+@dataclass
+class JobOutcome:
+    """One job of a fleet replay.
+
+    status: 'replayed', 'failed' (this run), 'current' (skipped: its replay is up to date) or
+    'still failing' (skipped: it failed before on the same files and code)."""
+
+    job: str
+    status: str
+    quality: pa.Table | None = None  # replay_quality rows ('replayed' only)
+    error: str | None = None
+    seconds: float = 0.0
+    n_tasks: int | None = None
+    n_iterations: int | None = None  # traced steps found ('replayed' only)
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("failed", "still failing")
+
+
+@dataclass
+class FleetReport:
+    outcomes: list[JobOutcome]
+    seconds: float
+
+    def count(self, status: str) -> int:
+        return sum(o.status == status for o in self.outcomes)
+
+    @property
+    def failed(self) -> list[JobOutcome]:
+        return [o for o in self.outcomes if o.failed]
+
+    def summary(self) -> str:
+        parts = [f"{self.count('replayed')} replayed"]
+        if self.count("current"):
+            parts.append(f"{self.count('current')} current (skipped; --force replays them)")
+        parts.append(f"{self.count('failed')} failed")
+        if self.count("still failing"):
+            parts.append(f"{self.count('still failing')} still failing (same files and code)")
+        return f"{len(self.outcomes)} job(s): {', '.join(parts)} in {self.seconds:.1f} s"
+
+
+def job_inputs(con) -> dict[str, JobInputs]:  # noqa: ANN001
+    rows = con.execute(lumos_sql.load("replay/job_inputs")).fetchall()
+    return {job: JobInputs(job, sha, int(n)) for job, sha, n in rows}
+
+
+def stored_runs(con, root: Path) -> dict[str, dict]:  # noqa: ANN001
+    """The `replay_runs` row of every job replayed before (job -> row)."""
+    folder = root / "replay_runs"
+    if not folder.is_dir() or next(folder.rglob("*.parquet"), None) is None:
+        return {}
+    glob = "'" + str(folder / "**" / "*.parquet").replace("'", "''") + "'"
+    table = con.sql(lumos_sql.render("replay/runs_stored", glob=glob)).to_arrow_table()
+    return {r["job"]: r for r in table.to_pylist()}
+
+
+def _is_current(stored: dict | None, inputs: JobInputs, explain: bool) -> bool:
+    return (
+        stored is not None
+        and stored["inputs_sha256"] == inputs.inputs_sha256
+        and stored["code_sha256"] == code_sha256()
+        and (stored["explained"] or not explain or stored["status"] == "failed")
+    )
+
+
+def replay_one(
+    root: Path,
+    con,  # noqa: ANN001
+    inputs: JobInputs,
+    *,
+    explain: bool = True,
+) -> JobOutcome:
+    """Replay (and explain) one job, write its tables, then its `replay_runs` row. A failure is
+    recorded in that row and returned, not raised: one odd trace must not stop the fleet."""
+    from lumos.replay.run import replay_and_write
+
+    started = time.perf_counter()
+    job = inputs.job
+    out = JobOutcome(job, "replayed")
+    try:
+        res = replay_and_write(root, con, job)
+        if explain:
+            from lumos.explain.inputs import from_tables
+            from lumos.explain.run import explain as explain_tables
+            from lumos.explain.run import write
+
+            write(root, job, explain_tables(from_tables(job, res.tables)))
+        out.quality = res.tables["replay_quality"]
+        out.n_tasks = res.tables["tasks"].num_rows
+        out.n_iterations = res.tables["iterations"].num_rows
+    except Exception as exc:  # noqa: BLE001 - recorded in replay_runs and reported per job
+        out.status, out.error = "failed", f"{type(exc).__name__}: {exc}"
+    out.seconds = time.perf_counter() - started
+    row = {
+        "job": job,
+        "inputs_sha256": inputs.inputs_sha256,
+        "code_sha256": code_sha256(),
+        "status": "failed" if out.status == "failed" else "ok",
+        "error": out.error,
+        "explained": explain and out.status != "failed",
+        "n_ranks": inputs.n_ranks,
+        "n_tasks": out.n_tasks,
+        "seconds": out.seconds,
+        "replayed_at": datetime.now(UTC),
+    }
+    write_parquet_atomic(
+        pa.Table.from_pylist([row], schema=REPLAY_RUNS), job_file(root, "replay_runs", job)
+    )
+    return out
+
+
+def stored_quality(root: Path, job: str) -> pa.Table:
+    """A job's stored `replay_quality` rows (empty when it has none)."""
+    path = job_file(root, "replay_quality", job)
+    return (
+        pq.read_table(path, schema=REPLAY_QUALITY)
+        if path.is_file()
+        else REPLAY_QUALITY.empty_table()
+    )
+
+
+# A worker process's catalog connection, opened once by `_init_worker`.
+_WORKER: dict[str, object] = {}
+
+
+def _init_worker(catalog: str) -> None:
+    import duckdb
+
+    _WORKER["con"] = duckdb.connect(catalog, read_only=True)
+
+
+def _replay_in_worker(root: str, inputs: JobInputs, explain: bool) -> JobOutcome:
+    return replay_one(Path(root), _WORKER["con"], inputs, explain=explain)
+
+
+def _run_pool(
+    root: Path, catalog: Path, todo: list[JobInputs], explain: bool, workers: int
+) -> Iterator[JobOutcome]:
+    import multiprocessing
+
+    # spawn, not fork: the parent holds DuckDB and numba threads, which fork does not carry over
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(todo)),
+        mp_context=ctx,
+        initializer=_init_worker,
+        initargs=(str(catalog),),
+    ) as pool:
+        futures = {pool.submit(_replay_in_worker, str(root), i, explain): i for i in todo}
+        for fut in as_completed(futures):
+            try:
+                yield fut.result()
+            except Exception as exc:  # noqa: BLE001 - a worker died (killed, out of memory)
+                yield JobOutcome(futures[fut].job, "failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def replay_fleet(
+    warehouse: str | os.PathLike[str] | None = None,
+    jobs: Sequence[str] | None = None,
+    *,
+    force: bool = False,
+    explain: bool = True,
+    workers: int = 1,
+    with_windows: bool = False,
+    on_job: Callable[[JobOutcome, int, int], None] | None = None,
+) -> FleetReport:
+    """Replay `jobs` (default: every job with an ingested trace), skipping current ones unless
+    `force`; `with_windows` adds each named job's later profiling windows (`<job>/steps-N`,
+    warehouse/windows.py). `on_job(outcome, done, total)` is called as each job finishes
+    (progress). Raises ValueError for a job the warehouse does not hold."""
+    import duckdb
+
+    from lumos.api import Warehouse
+    from lumos.replay.run import resolve_jobs
+
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    started = time.perf_counter()
+    wh = Warehouse.open(warehouse)
+    root = wh.root
+    con = duckdb.connect(str(wh.catalog), read_only=True)
+    outcomes: list[JobOutcome] = []
+    try:
+        names = resolve_jobs(con, jobs, root)
+        inputs = job_inputs(con)
+        if with_windows and jobs:
+            names = [w for job in names for w in (job, *windows_of(job, inputs))]
+        stored = {} if force else stored_runs(con, root)
+        todo = []
+        for job in names:
+            prev = stored.get(job)
+            if _is_current(prev, inputs[job], explain):
+                skipped = JobOutcome(
+                    job,
+                    "still failing" if prev["status"] == "failed" else "current",
+                    error=prev["error"],
+                )
+                outcomes.append(skipped)
+            else:
+                todo.append(inputs[job])
+        total = len(names)
+
+        def done(o: JobOutcome) -> None:
+            outcomes.append(o)
+            if on_job is not None:
+                on_job(o, len(outcomes), total)
+
+        if workers == 1 or len(todo) < 2:
+            for item in todo:
+                done(replay_one(root, con, item, explain=explain))
+        else:
+            for o in _run_pool(root, wh.catalog, todo, explain, workers):
+                done(o)
+    finally:
+        con.close()
+    order = {job: i for i, job in enumerate(names)}
+    outcomes.sort(key=lambda o: order[o.job])
+    return FleetReport(outcomes, time.perf_counter() - started)
