@@ -37,6 +37,7 @@ import pandas as pd
 import pyarrow as pa
 
 import lumos_sql
+from warehouse.catalog import job_events_view
 from warehouse.layout import SCHEMA_FILE, Layout, encode_job, write_parquet_atomic
 from warehouse.schema import COLLECTIVES
 
@@ -125,6 +126,7 @@ def extract_collectives(
         ranks = con.sql(lumos_sql.load("collectives/ranks"), params={"job": job}).fetchall()
         if not ranks:
             raise CollectiveError(f"job {job!r}: no ingested trace in warehouse {warehouse}")
+        job_events_view(con, job)
         ops = con.sql(lumos_sql.load("collectives/extract"), params={"job": job}).to_arrow_table()
     finally:
         con.close()

@@ -24,6 +24,7 @@ from lumos.replay.build import TaskColumns, build_graph
 from lumos.replay.constants import DeviceConstants, estimate, to_arrow
 from lumos.replay.multirank import MODE as MULTIRANK
 from lumos.replay.multirank import build_multirank
+from warehouse.catalog import job_events_view
 from warehouse.layout import Layout, encode_job, write_parquet_atomic
 from warehouse.schema import SCHEDULES, TABLES
 
@@ -51,6 +52,7 @@ def _script(con, name: str) -> None:  # noqa: ANN001
 
 def build_tables(con, job: str) -> list[DeviceConstants]:  # noqa: ANN001
     """Create the temp tables iterations/tasks/deps/kernels/g_slack of `job` on `con`."""
+    job_events_view(con, job)
     con.execute(lumos_sql.load("graph/events"), {"job": job})
     for name in GRAPH_SCRIPTS:
         _script(con, name)

@@ -10,7 +10,7 @@
 -- `gloo:<name>` annotations instead, else their `record_param_comms` ops that name a
 -- collective (`kind = 'cpu'`).
 WITH ev AS (
-    SELECT * FROM events WHERE job = $job
+    SELECT * FROM job_events WHERE job = $job  -- the job's own files (catalog/job_events.sql)
 ),
 k AS (
     SELECT *

@@ -1,6 +1,7 @@
 -- g_ev: the complete ('X') events of one job that the execution graph is built from, with their
--- end time. Parameter: $job. Everything else in lumos_sql/graph/ reads this temp table, so one
--- job's graph is built from one scan of the warehouse. Kernels keep the launch geometry Kineto
+-- end time. Parameter: $job. Reads `job_events` (lumos_sql/catalog/job_events.sql: the job's own
+-- files). Everything else in lumos_sql/graph/ reads this temp table, so one job's graph is built
+-- from one scan of its files. Kernels keep the launch geometry Kineto
 -- records (`blocks per SM`, `warps per SM`, `est. achieved occupancy %`): graph/deps uses it to
 -- tell kernels that fill every SM for several waves (the SM-wait rule).
 CREATE OR REPLACE TEMP TABLE g_ev AS
@@ -33,7 +34,7 @@ FROM (
                 THEN json_extract(args_json, ['$."blocks per SM"', '$."warps per SM"',
                                               '$."est. achieved occupancy %"'])
            END AS geo
-    FROM events
+    FROM job_events
     WHERE job = $job
       AND ph = 'X'
       AND ts_ns IS NOT NULL
