@@ -382,9 +382,13 @@ def infer_base(wh_or_con: Any, job: str, overrides: Mapping[str, Any] | None = N
 
 
 def _infer(con, job: str, given: dict[str, Any]) -> Inference:
+    from warehouse.catalog import job_events_view
+
     for key in given:
         if key not in KEYS:
             raise ConfigError(f"--base: unknown key {key!r}")
+    # meta, names, calls, collectives and order read the job's own files (`job_events`)
+    job_events_view(con, job)
     meta = _rows(con, "meta", job=job)
     if not meta:
         raise job_not_found(con, job)

@@ -609,9 +609,11 @@ def extract_template(
     import duckdb
 
     import lumos_sql
+    from warehouse.catalog import job_events_view
 
     con = duckdb.connect(str(wh.catalog), read_only=True)
     try:
+        job_events_view(con, job)  # template_tasks reads the job's own files
         cur = con.execute(lumos_sql.load("estimate/template_tasks"), {"job": job})
         cols = [d[0] for d in cur.description]
         rows = [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]

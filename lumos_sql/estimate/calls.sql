@@ -9,10 +9,11 @@
 --     GEMMs, or a forward replayed by activation checkpointing.
 -- Columns: rank, name, input_dims, input_types, is_attention (else a GEMM or embedding),
 -- is_outer, in_bwd.
+-- Reads `job_events` (lumos_sql/catalog/job_events.sql), the job's own files: set it first.
 CREATE OR REPLACE TEMP TABLE x_calls AS
 WITH e AS (
     SELECT rank, tid, event_idx, name, input_dims, input_types, ts_ns, ts_ns + dur_ns AS end_ns
-    FROM events
+    FROM job_events
     WHERE job = $job AND cat = 'cpu_op' AND ph = 'X'
 ), kinds AS (
     SELECT *,

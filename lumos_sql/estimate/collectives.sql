@@ -1,6 +1,7 @@
 -- estimate/collectives: communication of one job per rank, grouped by operator, collective name
 -- and process group: c10d ops (gloo and NCCL), record_param_comms and NCCL annotations. Kernels
 -- are left out (NCCL's SendRecv kernel also carries all_to_all, so its name misleads).
+-- Reads `job_events` (lumos_sql/catalog/job_events.sql), the job's own files: set it first.
 SELECT
     rank,
     name,
@@ -12,7 +13,7 @@ SELECT
     any_value(input_dims) AS input_dims,
     count(*) AS n,
     min(ts_ns) AS first_ns
-FROM events
+FROM job_events
 WHERE job = $job
   AND cat IN ('cpu_op', 'user_annotation')
   AND (name LIKE 'c10d::%' OR name = 'record_param_comms' OR name LIKE 'nccl:%'

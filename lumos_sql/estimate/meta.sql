@@ -1,5 +1,6 @@
 -- estimate/meta: per rank, world size and process groups (distributedInfo) and device memory
 -- (deviceProperties[0].totalGlobalMem), for the parallel degrees and the memory check.
+-- Reads `job_events` (lumos_sql/catalog/job_events.sql), the job's own files: set it first.
 SELECT
     t.rank,
     d.world_size,
@@ -7,7 +8,7 @@ SELECT
     d.pg_config_json,
     TRY_CAST(m.value_json -> 0 ->> 'totalGlobalMem' AS BIGINT) AS device_memory,
     m.value_json -> 0 ->> 'name' AS device_name
-FROM (SELECT DISTINCT rank FROM events WHERE job = $job) t
+FROM (SELECT DISTINCT rank FROM job_events WHERE job = $job) t
 LEFT JOIN distributed_info d ON d.job = $job AND d.rank = t.rank
 LEFT JOIN trace_meta m ON m.job = $job AND m.rank = t.rank AND m.key = 'deviceProperties'
 ORDER BY t.rank;

@@ -2,6 +2,7 @@
 -- (layer_<i>, forward_mb<m>, ProfilerStep#n, ...) and with_modules Python frames
 -- ('nn.Module: GPT2Block_3'), loss operators and checkpoint markers, with their count and first
 -- and last start.
+-- Reads `job_events` (lumos_sql/catalog/job_events.sql), the job's own files: set it first.
 SELECT
     rank,
     cat,
@@ -9,7 +10,7 @@ SELECT
     count(*) AS n,
     min(ts_ns) AS first_ns,
     max(ts_ns) AS last_ns
-FROM events
+FROM job_events
 WHERE job = $job
   AND ((cat = 'user_annotation')
        OR (cat = 'python_function' AND name LIKE 'nn.Module: %')

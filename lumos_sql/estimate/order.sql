@@ -1,9 +1,10 @@
 -- estimate/order: per rank, within one step's window [$t0, $t1), when forward attention ops run
 -- and when autograd backward work starts. Backward work starting before the last forward means
 -- forward and backward interleave (1F1B or gradient accumulation); all forwards first is GPipe.
+-- Reads `job_events` (lumos_sql/catalog/job_events.sql), the job's own files: set it first.
 WITH fwd AS (
     SELECT rank, min(ts_ns) AS first_fwd_ns, max(ts_ns) AS last_fwd_ns, count(*) AS n_fwd
-    FROM events
+    FROM job_events
     WHERE job = $job AND cat = 'cpu_op' AND ts_ns >= $t0 AND ts_ns < $t1
       AND (lower(name) LIKE '%attention%' OR lower(name) LIKE '%flash_attn%')
       AND lower(name) NOT LIKE '%backward%'
@@ -11,7 +12,7 @@ WITH fwd AS (
 ),
 bwd AS (
     SELECT rank, min(ts_ns) AS first_bwd_ns, count(*) AS n_bwd
-    FROM events
+    FROM job_events
     WHERE job = $job AND cat = 'cpu_op' AND ts_ns >= $t0 AND ts_ns < $t1
       AND name LIKE 'autograd::engine::evaluate_function:%'
     GROUP BY rank

@@ -15,21 +15,22 @@
 -- the last one before the counter moves on), so backward ops inherit the forward op's layer/role.
 -- `gap_ns`: idle time before the op in the step's merged timeline (from the step start for the
 -- first op; negative where threads overlap, clipped by layers.py).
+-- Reads `job_events` (lumos_sql/catalog/job_events.sql), the job's own files: set it first.
 WITH steps AS (
     SELECT rank, tid, ts_ns AS s0, ts_ns + dur_ns AS s1, name AS step_name,
            row_number() OVER (PARTITION BY rank ORDER BY ts_ns) AS step_no
-    FROM events
+    FROM job_events
     WHERE job = $job AND cat = 'user_annotation' AND name LIKE 'ProfilerStep#%'
 ), ops AS (
     SELECT e.rank, e.tid, e.event_idx, e.name, e.ts_ns, e.dur_ns, e.ts_ns + e.dur_ns AS end_ns,
            e.input_dims,
            try_cast(json_extract_string(e.args_json, '$."Sequence number"') AS BIGINT) AS seqno,
            s.step_no, s.s0, s.s1
-    FROM events AS e
+    FROM job_events AS e
     JOIN steps AS s ON s.rank = e.rank AND e.ts_ns >= s.s0 AND e.ts_ns < s.s1
     WHERE e.job = $job AND e.cat = 'cpu_op' AND e.ph = 'X'
       AND (e.tid = s.tid OR e.tid IN (
-          SELECT DISTINCT b.tid FROM events AS b
+          SELECT DISTINCT b.tid FROM job_events AS b
           WHERE b.job = $job AND b.rank = e.rank AND b.cat = 'cpu_op'
             AND starts_with(b.name, 'autograd::engine::evaluate_function')))
 ), marked AS (
@@ -48,7 +49,7 @@ WITH steps AS (
     WINDOW top AS (PARTITION BY rank, tid, grp ORDER BY ts_ns, event_idx)
 ), ann AS (
     SELECT e.rank, e.tid, e.name, e.ts_ns AS a0, e.ts_ns + e.dur_ns AS a1
-    FROM events AS e
+    FROM job_events AS e
     WHERE e.job = $job AND e.name NOT LIKE 'ProfilerStep#%'
       AND (e.cat = 'user_annotation'
            OR (e.cat = 'python_function' AND e.name LIKE 'nn.Module: %'))
