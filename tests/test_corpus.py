@@ -302,6 +302,49 @@ def test_gemm_roles_retimed_from_the_fleet(corpus_wh, target):
     assert np.abs(err_curve).sum() < np.abs(err_flops).sum(), (err_curve, err_flops)
 
 
+def test_separate_projections_are_one_gemm_unit(corpus_wh):
+    """LLaMA, Mistral and Qwen run Q, K and V (and gate and up) as separate linears. The base's
+    fused QKV op cut into three ops of a third of its time each is the same work: the GEMM curve
+    still re-times the role, by the same multiplier (counting each op as a unit put three times
+    the curve's time inside the traced ops, and the role fell back to FLOP scaling)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from lumos.api import Warehouse
+    from lumos.estimate.comm import CommModel
+    from lumos.estimate.estimator import Estimator
+    from lumos.estimate.gemm_fleet import GemmCurve
+    from lumos.estimate.layers import ROLE
+
+    wh = Warehouse.open(corpus_wh)
+    est = Estimator.open(corpus_wh, "base")
+    curve = GemmCurve.calibrate(wh, "base", exclude=["hidden_x2"])
+    comm = CommModel.calibrate(wh, "base")
+    tpl = est.tpl
+    qkv = ROLE["gemm_qkv"]
+    reps = np.where((tpl.role == qkv) & (tpl.bwd == 0), 3, 1)
+    idx = np.repeat(np.arange(tpl.n), reps)
+    first = np.r_[True, idx[1:] != idx[:-1]]  # the first piece keeps the op's idle gap
+    split = replace(
+        tpl,
+        **{k: getattr(tpl, k)[idx] for k in ("block", "layer", "mb", "role", "bwd", "elems")},
+        dur_ns=(tpl.dur_ns // reps)[idx],
+        gap_ns=np.where(first, tpl.gap_ns[idx], 0),
+        names=[tpl.names[i] for i in idx],
+    )
+    assert split.n == tpl.n + 2 * int(((tpl.role == qkv) & (tpl.bwd == 0)).sum())
+    fused = Estimator(tpl, est.base, comm, [], None, curve)
+    cut = Estimator(split, est.base, comm, [], None, curve)
+    assert qkv in fused._gemm_base and qkv in cut._gemm_base
+    cfg = fused.target({"hidden": 2 * est.base.hidden})
+    want, _ = fused._gemm_mult(cfg)
+    got, _ = cut._gemm_mult(cfg)
+    # (each piece keeps its own per-call overhead: slightly less of the time is the multiplies)
+    assert got[qkv] == pytest.approx(want[qkv], rel=0.05)
+    assert got[qkv] < 0.9 * (cfg.hidden / est.base.hidden) ** 2  # the curve's, not the FLOPs'
+
+
 def test_attention_times_fitted_on_the_fleet(corpus_wh):
     """The corpus's single-rank jobs measure attention at five shapes that vary in batch x heads,
     sequence and head size: the fitted law reproduces each measured op within 10% (five terms

@@ -321,10 +321,13 @@ class Estimator:
         return mult * sp * cpu, add * sp, sp * cpu * calls, ratio, beyond, gap
 
     def _gemm_roles(self) -> dict[int, tuple[int, float, float]]:
-        """Per GEMM role the fleet's curve can re-time: (forward calls, variable ns, the
-        curve's ns for one call's multiplies, forward and backward) in the template. A role whose
-        traced ops are shorter than the multiplies the curve puts inside them is not the
-        standard linear (say, separate Q, K and V projections): it keeps its FLOP scaling."""
+        """Per GEMM role the fleet's curve can re-time: (its units, variable ns, the curve's ns
+        for one unit's multiplies, forward and backward) in the template. A unit is the role in
+        one layer and micro-batch (the LM head: per micro-batch), however many ops the model
+        splits it into: separate Q, K and V projections (LLaMA, Mistral, Qwen) or gate and up
+        projections are one unit, as `role_gemms` writes it. A role whose traced ops are shorter
+        than the multiplies the curve puts inside them does something else: it keeps its FLOP
+        scaling."""
         if not self.gemms.usable:
             return {}
         out = {}
@@ -332,7 +335,8 @@ class Estimator:
         for role, g in shapes.items():
             code = ROLE[role]
             m = self.tpl.role == code
-            calls = int(np.count_nonzero(m & (self.tpl.bwd == 0)))
+            fwd = m & (self.tpl.bwd == 0)
+            calls = len(set(zip(self.tpl.layer[fwd].tolist(), self.tpl.mb[fwd].tolist())))
             var = float(self.var[m].sum())
             if calls == 0 or var <= 0:
                 continue
