@@ -24,6 +24,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
+from dagster_run import materialize_job
 
 from lumos.api import Warehouse
 from pipelines.assets.catalog import warehouse_catalog
@@ -109,14 +110,7 @@ def test_definitions_load_with_the_dagster_cli(tmp_path: Path) -> None:
 def test_trace_events_materialises_a_real_job_and_its_checks_pass(
     inbox: Path, warehouse_dir: Path
 ) -> None:
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(TRACE_JOBS, ["dlrm_8rank"])
-    result = dg.materialize(
-        ASSETS,
-        partition_key="dlrm_8rank",
-        instance=instance,
-        resources=_resources(inbox, warehouse_dir),
-    )
+    result = materialize_job(ASSETS, "dlrm_8rank", inbox, warehouse_dir)
     assert result.success
     (mat,) = result.asset_materializations_for_node("trace_events")
     meta = {k: v.value for k, v in mat.metadata.items()}
@@ -144,14 +138,12 @@ def test_refused_file_and_missing_rank_fail_checks_visibly(
     elsewhere.mkdir()
     shutil.copyfile(inbox / "nccl_a100" / "nccl_data.json.gz", elsewhere / "rank0.json.gz")
     (elsewhere / "rank1.json").write_text('{"not": "a trace"}', encoding="utf-8")
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(TRACE_JOBS, ["partial"])
     paths = [str(elsewhere / "rank0.json.gz"), str(elsewhere / "rank1.json")]
-    result = dg.materialize(
+    result = materialize_job(
         ASSETS,
-        partition_key="partial",
-        instance=instance,
-        resources=_resources(inbox, warehouse_dir),
+        "partial",
+        inbox,
+        warehouse_dir,
         run_config={"ops": {"trace_events": {"config": {"paths": paths}}}},
     )
     assert result.success  # failing checks do not fail the run: the catalog is still rebuilt
@@ -323,13 +315,8 @@ def test_replay_asset_and_its_accuracy_check_on_a_real_job(
 ) -> None:
     """The replay asset materialises per job partition after ingestion; its check judges the
     model replay of every rank against the trace's measured iterations."""
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(TRACE_JOBS, ["dlrm_8rank"])
-    result = dg.materialize(
-        [trace_events, job_replay, replay_accuracy],
-        partition_key="dlrm_8rank",
-        instance=instance,
-        resources=_resources(inbox, warehouse_dir),
+    result = materialize_job(
+        [trace_events, job_replay, replay_accuracy], "dlrm_8rank", inbox, warehouse_dir
     )
     assert result.success
     (mat,) = result.asset_materializations_for_node("job_replay")

@@ -132,26 +132,17 @@ def test_a_window_does_not_join_a_job_holding_another_window(files, tmp_path):
 def test_dagster_partition_ingests_and_replays_its_windows(files, tmp_path):
     """One inbox job whose files hold two windows: the partition's ingest names the window job it
     made, and its replay step replays (and its check judges) both jobs."""
-    import dagster as dg
+    from dagster_run import materialize_job
 
     from pipelines.assets.ingest import trace_events
     from pipelines.assets.replay import job_replay
     from pipelines.checks_replay import replay_accuracy
-    from pipelines.partitions import TRACE_JOBS
-    from pipelines.resources import WarehouseResource
 
     inbox, wh_dir = tmp_path / "inbox", tmp_path / "wh"
     (inbox / "ddp").mkdir(parents=True)
     for path in files.values():
         (inbox / "ddp" / path.name).write_bytes(path.read_bytes())
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(TRACE_JOBS, ["ddp"])
-    result = dg.materialize(
-        [trace_events, job_replay, replay_accuracy],
-        partition_key="ddp",
-        instance=instance,
-        resources={"lumos": WarehouseResource(warehouse=str(wh_dir), inbox=str(inbox))},
-    )
+    result = materialize_job([trace_events, job_replay, replay_accuracy], "ddp", inbox, wh_dir)
     assert result.success
     (ingested,) = result.asset_materializations_for_node("trace_events")
     assert ingested.metadata["window_jobs"].value == "ddp/steps-5 (ranks 0,1)"
