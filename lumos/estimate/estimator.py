@@ -336,7 +336,8 @@ class Estimator:
             code = ROLE[role]
             m = self.tpl.role == code
             fwd = m & (self.tpl.bwd == 0)
-            calls = len(set(zip(self.tpl.layer[fwd].tolist(), self.tpl.mb[fwd].tolist())))
+            units = zip(self.tpl.layer[fwd].tolist(), self.tpl.mb[fwd].tolist(), strict=True)
+            calls = len(set(units))
             var = float(self.var[m].sum())
             if calls == 0 or var <= 0:
                 continue

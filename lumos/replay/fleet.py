@@ -185,9 +185,13 @@ def replay_one(
         "seconds": out.seconds,
         "replayed_at": datetime.now(UTC),
     }
-    write_parquet_atomic(
-        pa.Table.from_pylist([row], schema=REPLAY_RUNS), job_file(root, "replay_runs", job)
-    )
+    try:
+        write_parquet_atomic(
+            pa.Table.from_pylist([row], schema=REPLAY_RUNS), job_file(root, "replay_runs", job)
+        )
+    except OSError as exc:  # the job is replayed again next time: nothing says it is current
+        out.status = "failed"
+        out.error = f"{out.error + '; ' if out.error else ''}its replay_runs row: {exc}"
     return out
 
 
