@@ -435,6 +435,7 @@ ESTIMATE_CONFIG_FIELDS = [
     pa.field("hidden", pa.int64(), nullable=False),
     pa.field("ffn", pa.int64(), nullable=False),
     pa.field("heads", pa.int64(), nullable=False),
+    pa.field("kv_heads", pa.int64()),  # key/value heads (null in rows written before it existed)
     pa.field("seq", pa.int64(), nullable=False),
     pa.field("micro_batch", pa.int64(), nullable=False),
     pa.field("num_micro_batches", pa.int64(), nullable=False),

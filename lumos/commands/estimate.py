@@ -13,7 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="predict the iteration time and memory of another configuration of a traced job",
         description="Predict a configuration from the trace of JOB: the base configuration is "
         "inferred (see `lumos describe`) and overridden with --base; --set gives the target's "
-        "keys (layers hidden ffn heads seq micro_batch num_micro_batches vocab dp pp tp "
+        "keys (layers hidden ffn heads kv_heads seq micro_batch num_micro_batches vocab dp pp tp "
         "pp_schedule ...) and kernel-class speed-ups (speedup.gemm=2, speedup.attn=1.5, "
         "speedup.comm=2, speedup.all=1.1). Exits 2 on a bad key or value.",
     )

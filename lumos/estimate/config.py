@@ -1,7 +1,7 @@
 """The model and parallel configuration an estimate starts from (and predicts for).
 
-`ModelConfig` holds one training configuration: model shape (layers, hidden, ffn, heads, seq,
-vocab), batch (micro_batch, num_micro_batches), parallel degrees (dp, pp, tp, pp_schedule) and the
+`ModelConfig` holds one training configuration: model shape (layers, hidden, ffn, heads, kv_heads:
+the key/value heads of grouped-query attention, seq, vocab), batch (micro_batch, num_micro_batches), parallel degrees (dp, pp, tp, pp_schedule) and the
 memory-relevant choices (dtype_bytes, recompute, zero_stage, sequence_parallel, gated_mlp,
 flash_attention: a fused attention kernel that keeps no attention scores; vocab_parallel: tensor
 parallelism splits the embedding table and LM head by vocabulary, as Megatron does, instead of
@@ -40,12 +40,15 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class ModelConfig:
     """One training configuration. Sizes are of the whole model, not of one rank; `ffn` is the MLP
-    intermediate size (0 means 4 × hidden); `device_memory` is bytes per device (0: unknown)."""
+    intermediate size (0 means 4 × hidden); `kv_heads` the key/value heads (grouped-query
+    attention: LLaMA 2/3, Mistral, Qwen; 0 means as many as `heads`); `device_memory` is bytes
+    per device (0: unknown)."""
 
     layers: int = 1
     hidden: int = 1
     ffn: int = 0
     heads: int = 1
+    kv_heads: int = 0
     seq: int = 1
     micro_batch: int = 1
     num_micro_batches: int = 1
@@ -80,6 +83,17 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
+    @property
+    def kv_heads_n(self) -> int:
+        """Key/value heads (as many as `heads` unless grouped-query attention says fewer)."""
+        return self.kv_heads or self.heads
+
+    def qkv_width(self, tp: int = 1) -> int:
+        """Output width of one rank's Q, K and V projections: its query heads, and its share of
+        the key/value heads (each rank keeps at least one: Megatron replicates them when tp
+        exceeds their count)."""
+        return (self.heads // tp + 2 * max(self.kv_heads_n // tp, 1)) * self.head_dim
+
     def validate(self, where: str = "configuration") -> ModelConfig:
         """Raise `ConfigError` naming `where` and the key when the values do not make sense."""
         for f in dataclasses.fields(self):
@@ -87,7 +101,11 @@ class ModelConfig:
             if f.type in ("int", int):
                 if not isinstance(value, int) or isinstance(value, bool):
                     raise ConfigError(f"{where}: {f.name} must be an integer, got {value!r}")
-                low = 0 if f.name in ("ffn", "vocab", "zero_stage", "device_memory") else 1
+                low = (
+                    0
+                    if f.name in ("ffn", "kv_heads", "vocab", "zero_stage", "device_memory")
+                    else 1
+                )
                 if value < low:
                     raise ConfigError(f"{where}: {f.name} must be >= {low}, got {value}")
         if self.pp_schedule not in PP_SCHEDULES:
@@ -101,6 +119,14 @@ class ModelConfig:
         checks = [
             (self.hidden % self.heads == 0, f"hidden {self.hidden} not a multiple of heads"),
             (self.heads % self.tp == 0, f"heads {self.heads} not a multiple of tp {self.tp}"),
+            (
+                self.kv_heads_n <= self.heads and self.heads % self.kv_heads_n == 0,
+                f"heads {self.heads} not a multiple of kv_heads {self.kv_heads_n}",
+            ),
+            (
+                self.kv_heads_n % self.tp == 0 or self.tp % self.kv_heads_n == 0,
+                f"kv_heads {self.kv_heads_n} and tp {self.tp}: one must divide the other",
+            ),
             (self.ffn_size % self.tp == 0, f"ffn {self.ffn_size} not a multiple of tp {self.tp}"),
             (self.layers >= self.pp, f"layers {self.layers} fewer than pp stages {self.pp}"),
         ]
@@ -117,8 +143,13 @@ class ModelConfig:
         not state kept at the base's FFN/hidden ratio when the hidden size changes. Model
         families size the MLP as a multiple of hidden (GPT 4x, LLaMA 8/3x rounded), so a
         hidden x2 that kept the traced FFN width would be a model nobody trains. Rounded up to
-        a multiple of the target's tp, which must divide it."""
+        a multiple of the target's tp, which must divide it. Likewise a change of heads keeps the
+        query heads per key/value head of grouped-query attention."""
         out = dataclasses.replace(self, **changes)
+        if self.kv_heads and "kv_heads" not in changes and out.heads != self.heads:
+            # the same number of query heads per key/value head (the group of GQA)
+            group = max(self.heads // self.kv_heads, 1)
+            out = dataclasses.replace(out, kv_heads=max(out.heads // group, 1))
         if self.ffn and "ffn" not in changes and out.hidden != self.hidden:
             ffn = max(1, round(self.ffn * out.hidden / self.hidden))
             ffn = -(-ffn // max(out.tp, 1)) * max(out.tp, 1)

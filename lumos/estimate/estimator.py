@@ -88,7 +88,7 @@ from lumos.estimate.working_set import WorkingSet
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 19
+CACHE_FORMAT = 24
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -208,6 +208,10 @@ class Estimator:
         self.base_tensors = base_opt_tensors(base)
         self.attn_share = attention_compute_share(tpl, base, fixed)
         self.gemms = gemms or GemmCurve.from_dict(None)
+        # three forward QKV ops per layer and micro-batch: Q, K and V are separate linears
+        qkv = (tpl.role == ROLE["gemm_qkv"]) & (tpl.bwd == 0)
+        units = len(set(zip(tpl.layer[qkv].tolist(), tpl.mb[qkv].tolist(), strict=True)))
+        self._separate_qkv = units > 0 and int(qkv.sum()) >= 3 * units
         self._gemm_base = self._gemm_roles()
         self.ops = ops or OpTimes.from_dict(None)
         self._attn_ops = self._attention_ops()
@@ -331,7 +335,7 @@ class Estimator:
         if not self.gemms.usable:
             return {}
         out = {}
-        shapes = role_gemms(self.base)
+        shapes = role_gemms(self.base, self._separate_qkv)
         for role, g in shapes.items():
             code = ROLE[role]
             m = self.tpl.role == code
@@ -356,7 +360,7 @@ class Estimator:
             return {}, []
         out: dict[int, float] = {}
         beyond: list[str] = []
-        shapes = role_gemms(cfg)
+        shapes = role_gemms(cfg, self._separate_qkv)
         for code, (calls, var, base_call) in self._gemm_base.items():
             g = shapes[ROLES[code]]
             times = [self.gemms.time(s) for s in g.fwd + g.bwd]

@@ -181,8 +181,12 @@ class RoleGemms:
     bwd: tuple[Shape, ...]
 
 
-def role_gemms(cfg: ModelConfig) -> dict[str, RoleGemms]:
-    """The GEMMs of each GEMM role for one rank of `cfg` (per call of the role's forward op).
+def role_gemms(cfg: ModelConfig, separate_qkv: bool = False) -> dict[str, RoleGemms]:
+    """The GEMMs of each GEMM role for one rank of `cfg` (per layer and micro-batch).
+
+    `separate_qkv`: Q, K and V are three linears (LLaMA, Mistral, Qwen in HuggingFace) rather
+    than one fused one (GPT-2, Megatron): three smaller multiplies, which a GEMM curve times
+    differently from their sum.
 
     A linear of `k_in -> n_out` over t tokens multiplies (t, k_in) x (k_in, n_out) forward; its
     backward multiplies (t, n_out) x (n_out, k_in) for the input's gradient and
@@ -192,7 +196,9 @@ def role_gemms(cfg: ModelConfig) -> dict[str, RoleGemms]:
     t = cfg.micro_batch * cfg.seq
     h, f, v, tp = cfg.hidden, cfg.ffn_size, max(cfg.vocab, 1), cfg.tp
     linears = {
-        "gemm_qkv": [(h, max(3 * h // tp, 1))],
+        "gemm_qkv": [(h, max(cfg.qkv_width(tp), 1))]
+        if not separate_qkv
+        else [(h, max(h // tp, 1))] + [(h, max((cfg.qkv_width(tp) - h // tp) // 2, 1))] * 2,
         "gemm_out": [(max(h // tp, 1), h)],
         "gemm_up": [(h, max(f // tp, 1))] * (2 if cfg.gated_mlp else 1),
         "gemm_down": [(max(f // tp, 1), h)],

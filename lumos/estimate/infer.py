@@ -280,6 +280,42 @@ def _attention(rows: list[dict[str, Any]], tokens: int | None) -> Attention | No
     return Attention(name, b, s, h, d, dict(counts), how, dict(again))
 
 
+def _kv_heads(
+    f: _Fields, att: Attention | None, gemms: list[Gemm], hidden: int | None, tp: int
+) -> int:
+    """Set `kv_heads` from the key and value projections; return one rank's K (= V) width.
+
+    Grouped-query attention projects hidden -> kv_heads x head_dim for K and for V, narrower than
+    Q: two such GEMMs per attention call (LLaMA, Mistral, Qwen in HuggingFace), or one fused
+    QKV GEMM hidden -> (heads + 2 kv_heads) x head_dim per call (Megatron). The attention op's
+    own key tensor does not tell: most implementations repeat K and V to every query head
+    before it."""
+    if not (att and hidden and gemms):
+        if att:
+            f.default("kv_heads", att.local_heads * tp, "no GEMM shapes: multi-head attention")
+        return att.local_heads * att.head_dim if att else 0
+    width, d = att.local_heads * att.head_dim, att.head_dim
+    rk = min(att.count_by_rank)
+    calls = att.count_by_rank[rk] - att.recompute_by_rank.get(rk, 0)
+    out = Counter()
+    for g in gemms:
+        if g.rank == rk and g.k == hidden:
+            out[g.n] += g.count
+    for w in sorted(out):
+        if w >= width or w % d or (width // d) % (w // d):
+            continue
+        if abs(out[w] - 2 * calls) <= 0.25 * 2 * calls:
+            how = f"K and V projections {hidden}→{w} ({out[w]} calls, 2 per attention call)"
+        elif w > 0 and abs(out[width + 2 * w] - calls) <= 0.25 * calls:
+            how = f"fused QKV projection {hidden}→{width + 2 * w} ({out[width + 2 * w]} calls)"
+        else:
+            continue
+        f.set("kv_heads", w // d * tp, 0.8, f"{how}: {w // d} key/value heads per rank × tp {tp}")
+        return w
+    f.set("kv_heads", att.local_heads * tp, 0.6, "no narrower K/V projection: multi-head attention")
+    return width
+
+
 # --- annotations ------------------------------------------------------------------------------
 
 _LAYER_PATTERNS = (
@@ -543,6 +579,7 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
         f.set("heads", hidden // 64, 0.1, "no attention op: guessed head_dim 64")
     else:
         f.default("heads", 1, "no attention op")
+    kv_width = _kv_heads(f, att, gemms, hidden, tp)
 
     # FFN: an up GEMM hidden -> F (or -> 2F fused gate+up) and a down GEMM F -> hidden.
     if hidden and gemms:
@@ -554,7 +591,8 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
                 downs[g.k] += g.count
         exclude = {hidden // tp}
         if att:
-            exclude.add(3 * att.local_heads * att.head_dim)
+            width = att.local_heads * att.head_dim
+            exclude |= {3 * width, kv_width, width + 2 * kv_width}
         cands = []
         for F, nd in downs.items():
             if F in exclude:

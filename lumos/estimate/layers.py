@@ -188,16 +188,21 @@ def _short(name: str) -> str:
     return base.strip().lower()
 
 
-def _fwd_role(name: str, in_layer: bool, part: str | None, linear_pos: int, n_linear: int) -> str:
+def _fwd_role(
+    name: str, in_layer: bool, part: str | None, linear_pos: int, n_linear: int, n_qkv: int = 1
+) -> str:
+    """A forward op's role. A layer's linears, in order: its `n_qkv` Q, K, V projections (the
+    linears before its attention op: one fused, or three), the output projection right after
+    the attention, the MLP's up (and gate) projections, and its down projection last."""
     if is_attention_name(name):
         return "attn"
     s = _short(name)
     if s in _GEMM:
         if not in_layer:
             return "gemm_head" if part != "embedding" else "const"
-        if linear_pos == 0:
+        if linear_pos < n_qkv:
             return "gemm_qkv"
-        if linear_pos == 1:
+        if linear_pos == n_qkv:
             return "gemm_out"
         return "gemm_down" if linear_pos == n_linear - 1 else "gemm_up"
     if s == "embedding":
@@ -224,10 +229,15 @@ def _cut_step(
     fwd_role_of: dict[int, tuple[str, int]] = {}
     linear_seen: dict[tuple[int, int], int] = {}
     n_linear: dict[tuple[int, int], int] = {}
+    n_qkv: dict[tuple[int, int], int] = {}  # linears before the layer's first attention op
     for r in rows:
-        if r["layer"] is not None and r["fwd_mb"] is not None and _short(r["name"]) in _GEMM:
-            key = (int(r["fwd_mb"]), int(r["layer"]))
+        if r["layer"] is None or r["fwd_mb"] is None:
+            continue
+        key = (int(r["fwd_mb"]), int(r["layer"]))
+        if _short(r["name"]) in _GEMM:
             n_linear[key] = n_linear.get(key, 0) + 1
+        elif is_attention_name(r["name"]) and key not in n_qkv:
+            n_qkv[key] = n_linear.get(key, 0)
     first_fwd = next((i for i, r in enumerate(rows) if r["fwd_mb"] is not None), None)
     if first_fwd is None:
         raise TemplateError(
@@ -250,7 +260,9 @@ def _cut_step(
             key = (mb, layer)
             pos = linear_seen.get(key, 0)
             in_layer = layer >= 0
-            role = _fwd_role(name, in_layer, r["part"], pos, n_linear.get(key, 0))
+            # without an attention op between them, the first linear is taken for a fused QKV
+            qkv = n_qkv.get(key) or 1
+            role = _fwd_role(name, in_layer, r["part"], pos, n_linear.get(key, 0), qkv)
             if sizes and _short(name) not in _CONST:
                 by_shape = sizes.get(largest_input(r.get("input_dims")))
                 # unnamed ops by shape; element-wise ops on the scores (a mask added to them)
@@ -552,6 +564,7 @@ def template_from_rows(
     k = float(np.median(step_ns)) / total if total > 0 else 1.0
     dur_m = np.rint(dur_f * k).astype(np.int64)
     gap_m = np.rint(gap_f * k).astype(np.int64)
+    at = {int(r["event_idx"]): j for j, r in enumerate(ref)}
     # dropped collectives' time is not idle time: their slot is removed from the thread, so the
     # gap before the next kept op is kept as-is (the collective is re-created by the transforms)
     return Template(
@@ -567,8 +580,18 @@ def template_from_rows(
         step_ns=step_ns,
         names=[ref[i]["name"] for i in idx],
         rank=int(ref[0]["rank"]),
-        elems=np.array([largest_input(ref[i].get("input_dims")) for i in idx], np.int64),
+        elems=np.array([_elems(ref, i, at) for i in idx], np.int64),
     )
+
+
+def _elems(rows: list[dict[str, Any]], i: int, at: dict[int, int]) -> int:
+    """`largest_input` of row i; for a backward function (no input dims of its own), its forward
+    op's (`at`: event_idx -> row): the tensors its gradients have."""
+    own = largest_input(rows[i].get("input_dims"))
+    fwd = rows[i].get("fwd_event_idx")
+    if own or fwd is None or int(fwd) not in at:
+        return own
+    return largest_input(rows[at[int(fwd)]].get("input_dims"))
 
 
 def largest_input(input_dims: Any) -> int:

@@ -50,7 +50,10 @@ def params_per_layer(cfg: ModelConfig, tp: int = 1) -> int:
     """Parameters of one transformer block held by one tensor-parallel rank."""
     h, f = cfg.hidden, cfg.ffn_size
     mlp_mats = 3 if cfg.gated_mlp else 2
-    split = (4 * h * h + mlp_mats * h * f + 3 * h + (0 if cfg.gated_mlp else f)) // tp
+    # Q and out weights, Q bias and the MLP split over tp; K and V (weights and biases) are the
+    # rank's key/value heads: h wide without grouped-query attention, at least one head a rank
+    split = (2 * h * h + h + mlp_mats * h * f + (0 if cfg.gated_mlp else f)) // tp
+    split += 2 * (h + 1) * (cfg.qkv_width(tp) - cfg.hidden // tp) // 2
     replicated = h + (0 if cfg.gated_mlp else h) + 4 * h  # row-parallel biases, two norms
     return split + replicated
 

@@ -165,9 +165,53 @@ def split_fixed(tpl: Template, base: ModelConfig) -> tuple[np.ndarray, dict[str,
             md = m & (tpl.bwd == d)
             fixed[md] = np.minimum(c0, 0.9 * dur[md])
     _per_name_fixed(tpl, dur, fixed, np.flatnonzero(tpl.role == ROLE["opt"]))
-    token_fwd = np.isin(tpl.role, [ROLE[r] for r in TOKEN_ROLES]) & (tpl.bwd == 0)
-    _per_name_fixed(tpl, dur, fixed, np.flatnonzero(token_fwd))
+    token = np.isin(tpl.role, [ROLE[r] for r in TOKEN_ROLES])
+    _per_name_fixed(tpl, dur, fixed, np.flatnonzero(token & (tpl.bwd == 0)))
+    _small_call_floor(tpl, dur, fixed, np.flatnonzero(token))
     return np.rint(fixed).astype(np.int64), fitted
+
+
+# A call this many times smaller than an op does little of the op's work: what it costs is
+# (nearly) the per-call part of the op.
+SMALL_CALL = 4
+# Tensors this small (16 KB of float32) are in L1 on any CPU: their ops are nearly all per-call.
+SMALL_CALL_ELEMS = 4096
+
+
+def _small_call_floor(tpl: Template, dur: np.ndarray, fixed: np.ndarray, ops: np.ndarray) -> None:
+    """Raise the per-call part of `ops` to what the same op (name and direction) costs on
+    tensors at least `SMALL_CALL` times smaller, where the step has such calls: a model calls
+    `mul` on its rotary tables (2k elements: 5 us) and on tokens x hidden (16k: 9 us), and its
+    backward functions on the same tensors (their forward op's sizes). The fits above follow
+    the large calls, whose cost per element grows past the caches, and put that overhead near 0;
+    then doubling the tokens doubled ops that in fact grew 1.2-1.4x (HF LLaMA, Mistral, Qwen)."""
+    if ops.size == 0:
+        return
+    names = np.array([tpl.names[i] for i in ops], dtype=object)
+    x = tpl.elems[ops]
+    for key in set(zip(names.tolist(), tpl.bwd[ops].tolist(), strict=True)):
+        same = ops[(names == key[0]) & (tpl.bwd[ops] == key[1]) & (x > 0)]
+        if same.size < 2:
+            continue
+        sizes = tpl.elems[same]
+        for i in same:
+            small = same[sizes * SMALL_CALL <= tpl.elems[i]]
+            if small.size:
+                floor = float(np.median(dur[small]))
+                fixed[i] = max(fixed[i], min(floor, 0.9 * dur[i]))
+    # ops whose name has no small call: the direction's small calls of any name say what a call
+    # costs on this host (an element-wise forward op 4-5 us), a floor for each of them
+    for d in (0, 1):
+        mine = ops[(tpl.bwd[ops] == d) & (x > 0)]
+        if mine.size == 0:
+            continue
+        cut = SMALL_CALL_ELEMS
+        small = mine[tpl.elems[mine] <= cut]
+        if small.size < 2:
+            continue
+        floor = float(np.median(dur[small]))
+        big = mine[tpl.elems[mine] >= SMALL_CALL * cut]
+        fixed[big] = np.maximum(fixed[big], np.minimum(floor, 0.9 * dur[big]))
 
 
 def _per_name_fixed(tpl: Template, dur: np.ndarray, fixed: np.ndarray, ops: np.ndarray) -> None:

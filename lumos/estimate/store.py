@@ -29,6 +29,7 @@ def _config_columns(configs: Sequence[ModelConfig]) -> dict[str, list[Any]]:
     for c in configs:
         d = c.to_dict()
         d["ffn"] = c.ffn_size
+        d["kv_heads"] = c.kv_heads_n
         for k in _CONFIG_KEYS:
             cols[k].append(d[k])
     return cols

@@ -18,7 +18,8 @@ WITH steps AS (
     FROM steps GROUP BY job
 )
 SELECT e.sweep_id, e.job AS base_job, c.job AS measured_job,
-       e.layers, e.hidden, e.ffn, e.heads, e.seq, e.micro_batch, e.num_micro_batches, e.vocab,
+       e.layers, e.hidden, e.ffn, e.heads, e.kv_heads, e.seq, e.micro_batch, e.num_micro_batches,
+       e.vocab,
        e.dp, e.pp, e.tp, e.pp_schedule,
        e.predicted_ns, e.interval_low_ns, e.interval_high_ns,
        m.measured_ns, m.n_steps, m.measured_min_ns, m.measured_max_ns,
@@ -28,6 +29,8 @@ SELECT e.sweep_id, e.job AS base_job, c.job AS measured_job,
 FROM estimates AS e
 JOIN job_configs AS c
   ON  c.layers = e.layers AND c.hidden = e.hidden AND c.ffn = e.ffn AND c.heads = e.heads
+  -- rows written before kv_heads existed hold null: multi-head attention
+  AND coalesce(c.kv_heads, c.heads) = coalesce(e.kv_heads, e.heads)
   AND c.seq = e.seq AND c.micro_batch = e.micro_batch
   AND c.num_micro_batches = e.num_micro_batches AND c.vocab = e.vocab AND c.dp = e.dp
   AND c.pp = e.pp AND c.tp = e.tp
