@@ -3,7 +3,8 @@ activations, for each pipeline stage, and whether the busiest rank fits on the d
 
 Model (a GPT decoder block: fused QKV with bias, attention-out, an MLP, two layer norms):
 
-- parameters per layer: attention 4h² + 4h, MLP 2hf + f + h (gated: 3hf), norms 4h; embedding
+- parameters per layer: attention 4h² + 4h (grouped-query attention: K and V are
+  h·kv_heads·head_dim each, with their biases), MLP 2hf + f + h (gated: 3hf), norms 4h; embedding
   (vocab + seq)·h (learned positions) on the first stage, final norm 2h and an untied LM head
   vocab·h on the last. Tensor parallelism splits the weight matrices and the column-parallel
   biases; norms and row-parallel biases are replicated, and so are the embedding and LM head
@@ -13,7 +14,8 @@ Model (a GPT decoder block: fused QKV with bias, attention-out, an MLP, two laye
   ZeRO stage ≥ 1 shards the optimizer state over dp, ≥ 2 the gradients, 3 the parameters.
 - activations per layer per micro-batch, Korthikanti et al. 2022 ("Reducing Activation
   Recomputation in Large Transformer Models", §4): s·b·h·(34 + 5·a·s/h) bytes in 2-byte precision
-  without parallelism, where 34 = 11 (attention) + 19 (MLP with f = 4h) + 4 (norms). Here the MLP
+  without parallelism, where 34 = 11 (attention) + 19 (MLP with f = 4h) + 4 (norms); K and V's
+  2 + 2 of the attention's 11 scale with kv_heads / heads. Here the MLP
   term is 3 + 4·f/h so other FFN sizes scale (19 at f = 4h). Tensor parallel without sequence
   parallel: s·b·h·(10 + 24/t + 5·a·s/(h·t)), generalised the same way; with sequence parallel
   everything is divided by t. Selective recomputation drops the 5·a·s/h term; full recomputation
@@ -114,8 +116,10 @@ def layer_activation_bytes(cfg: ModelConfig) -> int:
     sbh = s * b * h
     if cfg.recompute == "full":
         return sbh * 2 // (t if cfg.sequence_parallel else 1) * cfg.dtype_bytes // 2
-    # Korthikanti et al.: 10 (per-rank-replicated) + 24 (split) with f = 4h; MLP 3 + 4f/h.
-    split = 24 - 16 + 4 * f / h  # the f-dependent MLP part is split by tp
+    # Korthikanti et al.: 10 (per-rank-replicated) + 24 (split) with f = 4h; MLP 3 + 4f/h. Of
+    # the split part, K and V (2 each) shrink with grouped-query attention's key/value heads.
+    kv_share = cfg.kv_heads_n / cfg.heads
+    split = 24 - 16 + 4 * f / h - 4 * (1 - kv_share)
     attn_sq = 0.0 if cfg.recompute == "selective" or cfg.flash_attention else 5 * a * s / h
     if cfg.sequence_parallel or t == 1:
         per = sbh * (10 + split + attn_sq) / t
