@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -121,6 +122,21 @@ def test_ingest_bad_argument(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert "no trace files" in res.stderr and str(tmp_path / "empty_dir") in res.stderr
     assert not (tmp_path / "wh").exists()
+
+
+def test_an_empty_job_folder_among_others_is_skipped(tmp_path: Path, examples: Path) -> None:
+    """A nightly `lumos ingest inbox/*` where one job's folder is still empty: the others are
+    ingested, the empty one is named, and the exit status says something was left out."""
+    inbox = tmp_path / "inbox"
+    (inbox / "later").mkdir(parents=True)
+    shutil.copytree(examples / "gpt_cpu", inbox / "gpt_cpu")
+    args = [str(inbox / "gpt_cpu"), str(inbox / "later")]
+    res = lumos("ingest", *args, "--warehouse", str(tmp_path / "wh"))
+    assert res.returncode == 1, res.stderr
+    assert f"SKIPPED {inbox / 'later'}: directory contains no trace files" in res.stderr
+    assert "1 ingested" in res.stdout and "1 argument(s) skipped" in res.stdout
+    jobs = lumos("sql", "select distinct job from traces", "--warehouse", str(tmp_path / "wh"))
+    assert "gpt_cpu" in jobs.stdout and "later" not in jobs.stdout
 
 
 def test_replay_and_explain_say_why_a_job_has_no_iteration(

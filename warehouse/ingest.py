@@ -123,6 +123,8 @@ class IngestReport:
     warehouse: Path
     files: list[FileOutcome] = field(default_factory=list)
     jobs: dict[str, str] = field(default_factory=dict)  # job -> how its name was chosen
+    # arguments that held nothing to ingest while others did: (path, why)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
     catalog: Path | None = None
 
@@ -153,7 +155,8 @@ class IngestReport:
             rate = f", {self.n_events / self.seconds:,.0f} events/s"
         return (
             f"{len(self.files)} file(s): {len(self.ingested)} ingested, "
-            f"{len(self.unchanged)} unchanged, {len(self.refused)} refused; "
+            f"{len(self.unchanged)} unchanged, {len(self.refused)} refused"
+            f"{f', {len(self.skipped)} argument(s) skipped' if self.skipped else ''}; "
             f"{self.n_events:,} events from {mb:.1f} MB of files in {self.seconds:.2f} s{rate}"
         )
 
@@ -747,15 +750,17 @@ def ingest(
     """Ingest trace files (or the trace files under directories) into `warehouse`.
 
     Raises `warehouse.jobs.InputError` (before touching the warehouse) when an argument does not
-    exist or a directory holds no trace files. Refused files are recorded in the manifest and
+    exist, or when no argument holds a trace file; a directory without trace files among others
+    that have some is listed in `report.skipped`. Refused files are recorded in the manifest and
     listed in the report; they do not raise.
     """
     t0 = time.perf_counter()
     if job is not None and not job.strip():
         raise ValueError("--job cannot be empty")
-    planned = plan_inputs(list(paths), job)
+    skipped: list[tuple[str, str]] = []
+    planned = plan_inputs(list(paths), job, skipped)
     layout = Layout.at(warehouse)
-    report = IngestReport(layout.root)
+    report = IngestReport(layout.root, skipped=skipped)
 
     with commit_lock(layout):
         layout.ensure()

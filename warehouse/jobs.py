@@ -86,11 +86,20 @@ def rank_from_filename(name: str) -> int | None:
     return int(matches[0])
 
 
-def plan_inputs(paths: list[str | Path], job: str | None = None) -> list[PlannedFile]:
+NO_TRACES = "directory contains no trace files (*.json, *.json.gz)"
+
+
+def plan_inputs(
+    paths: list[str | Path], job: str | None = None, skipped: list[tuple[str, str]] | None = None
+) -> list[PlannedFile]:
     """Expand the arguments into files with their fallback job. Raises `InputError` naming the
-    argument when it does not exist or holds no trace files; nothing is ingested in that case."""
+    argument when it does not exist; nothing is ingested in that case. A directory without trace
+    files raises too, unless other arguments hold some and `skipped` is given: then it is listed
+    there (path, why) and the others go on, as a nightly `lumos ingest inbox/*` needs when a
+    job's folder is still being filled."""
     groups: dict[str, list[Path]] = {}
     seen: set[Path] = set()
+    empty: list[Path] = []
     for arg in paths:
         p = Path(arg).expanduser()
         if not p.exists():
@@ -99,7 +108,8 @@ def plan_inputs(paths: list[str | Path], job: str | None = None) -> list[Planned
         if p.is_dir():
             files = find_trace_files(p)
             if not files:
-                raise InputError(p, "directory contains no trace files (*.json, *.json.gz)")
+                empty.append(p)
+                continue
             for f in files:
                 rel_parent = f.parent.relative_to(p)
                 name = p.name if rel_parent == Path(".") else f"{p.name}/{rel_parent.as_posix()}"
@@ -110,6 +120,10 @@ def plan_inputs(paths: list[str | Path], job: str | None = None) -> list[Planned
             groups.setdefault(job or strip_trace_suffix(p.name) or p.name, []).append(p)
         else:
             raise InputError(p, "not a regular file or directory")
+    if empty and (skipped is None or not groups):
+        raise InputError(empty[0], NO_TRACES)
+    if skipped is not None:
+        skipped.extend((str(p), NO_TRACES) for p in empty)
     out = []
     for name, files in groups.items():
         unique = [f for f in dict.fromkeys(files) if f not in seen]

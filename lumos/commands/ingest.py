@@ -11,7 +11,8 @@ warehouse. Without --job, the job is the one the trace names (mast_job_name, dis
 the directory holding the files (each folder of a directory argument is one job), else the file's
 name; the choice is printed. Each file's rank comes from distributedInfo, else the file name
 (rank-3, rank3, worker3), else 0 for a one-file job. Re-ingesting an identical file does nothing.
-Exits 1 when any file was refused (each is listed with the reason), 2 on a bad argument."""
+Exits 1 when any file was refused (each is listed with the reason) or a directory among the
+arguments held no trace file (the others are ingested), 2 on a bad argument."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -94,8 +95,12 @@ def run(args: argparse.Namespace) -> int:
     for f in report.refused:
         again = " (refused before, unchanged)" if f.action == "still refused" else ""
         print(f"  REFUSED{again} {f.error}", file=sys.stderr)
+    for path, why in report.skipped:
+        print(f"  SKIPPED {path}: {why}", file=sys.stderr)
     print(f"{report.summary()}; warehouse {report.warehouse}")
-    if report.refused:
-        print(f"lumos ingest: {len(report.refused)} file(s) refused", file=sys.stderr)
+    if report.refused or report.skipped:
+        problems = [f"{len(report.refused)} file(s) refused"] if report.refused else []
+        problems += [f"{len(report.skipped)} argument(s) skipped"] if report.skipped else []
+        print(f"lumos ingest: {', '.join(problems)}", file=sys.stderr)
         return 1
     return 0
