@@ -112,9 +112,22 @@ class Warehouse:
         return ingest(paths, warehouse=self.root, job=job, workers=workers, progress=progress)
 
     def status(self) -> dict:
-        """What the warehouse holds: per-job summary, refused files, totals."""
+        """What the warehouse holds: per-job summary (with where its replay stands), refused
+        files, totals."""
+        import duckdb
+
+        from lumos.replay.fleet import replay_states
+
         jobs = self.sql(lumos_sql.load("status/jobs"))
         refused = self.sql(lumos_sql.load("status/refused"))
+        con = duckdb.connect(str(self.catalog), read_only=True)
+        try:
+            states = replay_states(con, self.root)
+        finally:
+            con.close()
+        # where each job's replay stands (lumos replay skips the "ok" and "failed" ones; "-": no
+        # ingested trace to replay)
+        jobs["replay"] = [states.get(j, "-") for j in jobs["job"]] if len(jobs) else []
         totals = {
             "jobs": int(len(jobs)),
             "files_ok": int(jobs["files_ok"].sum()) if len(jobs) else 0,

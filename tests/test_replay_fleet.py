@@ -33,6 +33,14 @@ def _mtimes(wh: Path, job: str) -> dict[str, int]:
     }
 
 
+def _states(wh: Path) -> dict[str, str]:
+    """The `replay` column of `lumos status`, by job (through the Python API it prints)."""
+    from lumos.api import Warehouse
+
+    jobs = Warehouse.open(wh).status()["jobs"]
+    return dict(zip(jobs["job"], jobs["replay"], strict=True))
+
+
 def _ok(res) -> None:  # noqa: ANN001
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -62,8 +70,11 @@ def test_a_second_run_skips_current_jobs_and_replays_changed_ones(
     assert "0 replayed, 2 current" in second.stdout
     assert {job: _mtimes(Path(wh), job) for job in runs} == before
 
-    # a second rank joins `pair`: only that job is replayed, with the new inputs
+    # a second rank joins `pair`: `lumos status` says its replay is stale, and only that job is
+    # replayed, with the new inputs
     _ok(lumos("ingest", str(dlrm[1]), "--job", "pair", "--warehouse", wh))
+    states = _states(Path(wh))
+    assert states == {"gpt_cpu": "ok", "pair": "stale: files changed"}, states
     third = lumos("replay", "--warehouse", wh)
     _ok(third)
     assert "2 job(s): 1 replayed, 1 current" in third.stdout
@@ -71,6 +82,8 @@ def test_a_second_run_skips_current_jobs_and_replays_changed_ones(
     assert after["pair"]["n_ranks"] == 2
     assert after["pair"]["inputs_sha256"] != runs["pair"]["inputs_sha256"]
     assert after["gpt_cpu"] == runs["gpt_cpu"]
+    assert _states(Path(wh)) == {"gpt_cpu": "ok", "pair": "ok"}
+    assert "stale" not in lumos("status", "--warehouse", wh).stdout
     assert _mtimes(Path(wh), "gpt_cpu") == before["gpt_cpu"]
     ranks = {
         r["rank"]
@@ -114,6 +127,7 @@ def test_a_failing_job_is_recorded_and_not_retried_until_it_changes(
     runs = _runs(wh)
     assert runs["good"]["status"] == "ok"
     assert runs["broken"]["status"] == "failed" and runs["broken"]["error"]
+    assert _states(wh) == {"good": "ok", "broken": "failed"}
 
     again = lumos("replay", "--warehouse", str(wh))
     assert again.returncode == 1

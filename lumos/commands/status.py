@@ -11,7 +11,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "status",
         help="show what the warehouse holds",
         description="Show the warehouse's jobs with their ranks, files ok / refused, events, "
-        "bytes and devices, and list refused files with the reason.",
+        "bytes, devices and where their replay stands (ok, failed, stale: files or lumos "
+        "changed, none), and list refused files with the reason.",
     )
     p.add_argument(
         "--warehouse",

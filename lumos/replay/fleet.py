@@ -42,6 +42,7 @@ __all__ = [
     "code_sha256",
     "replay_fleet",
     "replay_one",
+    "replay_states",
 ]
 
 # What a replay's result depends on besides the traces: the files whose change must replay again.
@@ -134,6 +135,24 @@ def stored_runs(con, root: Path) -> dict[str, dict]:  # noqa: ANN001
     glob = "'" + str(folder / "**" / "*.parquet").replace("'", "''") + "'"
     table = con.sql(lumos_sql.render("replay/runs_stored", glob=glob)).to_arrow_table()
     return {r["job"]: r for r in table.to_pylist()}
+
+
+def replay_states(con, root: Path) -> dict[str, str]:  # noqa: ANN001
+    """Per job with an ingested trace, where its replay stands: 'ok' or 'failed' (current),
+    'stale: files changed', 'stale: lumos changed', or 'none' (never replayed)."""
+    stored = stored_runs(con, root)
+    out = {}
+    for job, inputs in job_inputs(con).items():
+        row = stored.get(job)
+        if row is None:
+            out[job] = "none"
+        elif row["inputs_sha256"] != inputs.inputs_sha256:
+            out[job] = "stale: files changed"
+        elif row["code_sha256"] != code_sha256():
+            out[job] = "stale: lumos changed"
+        else:
+            out[job] = "ok" if row["status"] == "ok" else "failed"
+    return out
 
 
 def _is_current(stored: dict | None, inputs: JobInputs, explain: bool) -> bool:
