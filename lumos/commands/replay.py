@@ -80,9 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if bar:
             bar.line.close()
-    from lumos.api import Warehouse
-
-    root = Warehouse.open(args.warehouse).root
+    root = report.root
     if report.count("replayed") or report.count("failed"):
         # the result tables may be new folders: give them views in the catalog
         build_catalog(root)

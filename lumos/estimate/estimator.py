@@ -210,7 +210,7 @@ class Estimator:
         self.gemms = gemms or GemmCurve.from_dict(None)
         # three forward QKV ops per layer and micro-batch: Q, K and V are separate linears
         qkv = (tpl.role == ROLE["gemm_qkv"]) & (tpl.bwd == 0)
-        units = len(set(zip(tpl.layer[qkv].tolist(), tpl.mb[qkv].tolist(), strict=True)))
+        units = _units(tpl, qkv)
         self._separate_qkv = units > 0 and int(qkv.sum()) >= 3 * units
         self._gemm_base = self._gemm_roles()
         self.ops = ops or OpTimes.from_dict(None)
@@ -339,9 +339,7 @@ class Estimator:
         for role, g in shapes.items():
             code = ROLE[role]
             m = self.tpl.role == code
-            fwd = m & (self.tpl.bwd == 0)
-            units = zip(self.tpl.layer[fwd].tolist(), self.tpl.mb[fwd].tolist(), strict=True)
-            calls = len(set(units))
+            calls = _units(self.tpl, m & (self.tpl.bwd == 0))
             var = float(self.var[m].sum())
             if calls == 0 or var <= 0:
                 continue
@@ -585,6 +583,11 @@ class Estimator:
 # first) is capped at 1 MiB, the others at bucket_cap_mb = 25 MiB
 DDP_FIRST_BUCKET = 1 << 20
 DDP_BUCKET = 25 << 20
+
+
+def _units(tpl: Template, ops: np.ndarray) -> int:
+    """The (layer, micro-batch) pairs the masked ops of the template fall in."""
+    return len(set(zip(tpl.layer[ops].tolist(), tpl.mb[ops].tolist(), strict=True)))
 
 
 @functools.lru_cache(maxsize=8192)

@@ -205,12 +205,11 @@ def _small_call_floor(tpl: Template, dur: np.ndarray, fixed: np.ndarray, ops: np
         mine = ops[(tpl.bwd[ops] == d) & (x > 0)]
         if mine.size == 0:
             continue
-        cut = SMALL_CALL_ELEMS
-        small = mine[tpl.elems[mine] <= cut]
+        small = mine[tpl.elems[mine] <= SMALL_CALL_ELEMS]
         if small.size < 2:
             continue
         floor = float(np.median(dur[small]))
-        big = mine[tpl.elems[mine] >= SMALL_CALL * cut]
+        big = mine[tpl.elems[mine] >= SMALL_CALL * SMALL_CALL_ELEMS]
         fixed[big] = np.maximum(fixed[big], np.minimum(floor, 0.9 * dur[big]))
 
 

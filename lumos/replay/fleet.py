@@ -102,6 +102,7 @@ class JobOutcome:
 
 @dataclass
 class FleetReport:
+    root: Path  # the warehouse replayed
     outcomes: list[JobOutcome]
     seconds: float
 
@@ -141,27 +142,24 @@ def replay_states(con, root: Path) -> dict[str, str]:  # noqa: ANN001
     """Per job with an ingested trace, where its replay stands: 'ok' or 'failed' (current),
     'stale: files changed', 'stale: lumos changed', or 'none' (never replayed)."""
     stored = stored_runs(con, root)
-    out = {}
-    for job, inputs in job_inputs(con).items():
-        row = stored.get(job)
-        if row is None:
-            out[job] = "none"
-        elif row["inputs_sha256"] != inputs.inputs_sha256:
-            out[job] = "stale: files changed"
-        elif row["code_sha256"] != code_sha256():
-            out[job] = "stale: lumos changed"
-        else:
-            out[job] = "ok" if row["status"] == "ok" else "failed"
-    return out
+    return {job: _state(stored.get(job), inputs) for job, inputs in job_inputs(con).items()}
 
 
-def _is_current(stored: dict | None, inputs: JobInputs, explain: bool) -> bool:
-    return (
-        stored is not None
-        and stored["inputs_sha256"] == inputs.inputs_sha256
-        and stored["code_sha256"] == code_sha256()
-        and (stored["explained"] or not explain or stored["status"] == "failed")
-    )
+def _state(row: dict | None, inputs: JobInputs) -> str:
+    """One job's `replay_states` entry from its stored `replay_runs` row."""
+    if row is None:
+        return "none"
+    if row["inputs_sha256"] != inputs.inputs_sha256:
+        return "stale: files changed"
+    if row["code_sha256"] != code_sha256():
+        return "stale: lumos changed"
+    return "ok" if row["status"] == "ok" else "failed"
+
+
+def _is_current(row: dict | None, inputs: JobInputs, explain: bool) -> bool:
+    """Whether the stored replay stands (a failure too): explanations wanted must be there."""
+    state = _state(row, inputs)
+    return state == "failed" or (state == "ok" and (row["explained"] or not explain))
 
 
 def replay_one(
@@ -320,4 +318,4 @@ def replay_fleet(
         con.close()
     order = {job: i for i, job in enumerate(names)}
     outcomes.sort(key=lambda o: order[o.job])
-    return FleetReport(outcomes, time.perf_counter() - started)
+    return FleetReport(root, outcomes, time.perf_counter() - started)

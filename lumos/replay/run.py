@@ -267,14 +267,10 @@ def run(
     jobs: Sequence[str] | None = None,
     *,
     write: bool = True,
-    failures: dict[str, str] | None = None,
 ) -> list[JobReplay]:
-    """Replay `jobs` (default: every job with an ingested trace) of the warehouse.
-
-    With `failures` given, a job whose graph cannot be built or replayed is recorded there
-    (job -> message) and the other jobs still run: one odd trace must not stop a nightly replay
-    of the fleet. Without it, the first failure raises. Every job's tables stay in memory: this is
-    for a few jobs (tests, notebooks); `lumos.replay.fleet` replays a fleet one job at a time."""
+    """Replay `jobs` (default: every job with an ingested trace) of the warehouse; the first
+    failure raises. Every job's tables stay in memory: this is for a few jobs (tests, notebooks);
+    `lumos.replay.fleet` replays a fleet one job at a time and records failures per job."""
     import duckdb
 
     from lumos.api import Warehouse
@@ -283,16 +279,6 @@ def run(
     con = duckdb.connect(str(wh.catalog), read_only=True)
     try:
         todo = resolve_jobs(con, jobs, wh.root)
-        results = []
-        for job in todo:
-            try:
-                res = replay_and_write(wh.root, con, job, write=write)
-            except Exception as exc:
-                if failures is None:
-                    raise
-                failures[job] = f"{type(exc).__name__}: {exc}"
-                continue
-            results.append(res)
-        return results
+        return [replay_and_write(wh.root, con, job, write=write) for job in todo]
     finally:
         con.close()
