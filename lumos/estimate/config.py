@@ -1,7 +1,8 @@
 """The model and parallel configuration an estimate starts from (and predicts for).
 
-`ModelConfig` holds one training configuration: model shape (layers, hidden, ffn, heads, kv_heads:
-the key/value heads of grouped-query attention, seq, vocab), batch (micro_batch, num_micro_batches), parallel degrees (dp, pp, tp, pp_schedule) and the
+`ModelConfig` holds one training configuration: model shape (layers, hidden, ffn, heads,
+kv_heads: the key/value heads of grouped-query attention, seq, vocab), batch (micro_batch,
+num_micro_batches), parallel degrees (dp, pp, tp, pp_schedule) and the
 memory-relevant choices (dtype_bytes, recompute, zero_stage, sequence_parallel, gated_mlp,
 flash_attention: a fused attention kernel that keeps no attention scores; vocab_parallel: tensor
 parallelism splits the embedding table and LM head by vocabulary, as Megatron does, instead of
