@@ -70,11 +70,11 @@ def test_estimate_bad_keys_exit_2(gt_warehouse, capsys):
     assert (
         main(["estimate", "--warehouse", str(gt_warehouse), "--job", "base", "--set", "lay=2"]) == 2
     )
-    assert "unknown key 'lay'" in capsys.readouterr().out
+    assert "unknown key 'lay'" in capsys.readouterr().err
     assert (
         main(["estimate", "--warehouse", str(gt_warehouse), "--job", "base", "--set", "tp=3"]) == 2
     )
-    assert "not a multiple of tp" in capsys.readouterr().out
+    assert "not a multiple of tp" in capsys.readouterr().err
 
 
 def test_sweep_1000_configs_through_the_cli(gt_warehouse, tmp_path, capsys):
@@ -211,7 +211,7 @@ def test_estimate_forward_only_trace_is_a_clear_message(shared_traces, tmp_path,
     ingest([str(tmp_path / "qwen")], warehouse=tmp_path / "wh")
     argv = ["estimate", "--warehouse", str(tmp_path / "wh"), "--job", "qwen", "--set", "layers=48"]
     assert main(argv) == 2
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "qwen: the traced step has no backward operator" in out and "inference" in out
 
 

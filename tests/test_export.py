@@ -128,8 +128,8 @@ def test_export_bad_step_names_the_steps(
     out = tmp_path / "x.json.gz"
     argv = ["export", "--job", "nccl", "--rank", "0", "--step", "42", "--out", str(out)]
     assert main([*argv, "--warehouse", str(explain_wh)]) == 2
-    assert "no task in step 42 (steps: [4, 5, 6])" in capsys.readouterr().out
+    assert "no task in step 42 (steps: [4, 5, 6])" in capsys.readouterr().err
     assert not out.exists()
     argv = ["export", "--job", "nccl", "--rank", "9", "--step", "5", "--out", str(out)]
     assert main([*argv, "--warehouse", str(explain_wh)]) == 2
-    assert "no rank 9" in capsys.readouterr().out
+    assert "no rank 9" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,7 +44,7 @@ def _run(args: argparse.Namespace) -> int:
         target = est.target(keys, "--set")
         pred = est.explain(target, speed)
     except (ConfigError, TemplateError, TransformError, LookupError, FileNotFoundError) as exc:
-        print(f"lumos estimate: {exc}")
+        print(f"lumos estimate: {exc}", file=sys.stderr)
         return 2
     if args.save:
         import uuid

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +34,7 @@ def _run(args: argparse.Namespace) -> int:
         wh = Warehouse.open(args.warehouse)
         trace = trace_events(load_job(wh.root, args.job), args.rank, args.step, args.mode)
     except (WarehouseNotFound, ExplainInputError, ExportError) as exc:
-        print(f"lumos export: {exc}")
+        print(f"lumos export: {exc}", file=sys.stderr)
         return 2
     path = write_trace(trace, args.out)
     ev = trace["traceEvents"]

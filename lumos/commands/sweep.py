@@ -4,6 +4,7 @@ through the numba replay), write them to the `estimates` table and print the bes
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,7 +39,7 @@ def _run(args: argparse.Namespace) -> int:
         est = Estimator.open(args.warehouse, args.job, parse_overrides(args.base, "--base"))
         res = run_sweep(est, grid, args.job)
     except (GridError, ConfigError, TemplateError, TransformError, LookupError) as exc:
-        print(f"lumos sweep: {exc}")
+        print(f"lumos sweep: {exc}", file=sys.stderr)
         return 2
     n = len(res.predictions)
     rate = n / res.replay_seconds if res.replay_seconds > 0 else float("inf")
