@@ -98,3 +98,20 @@ def test_role_gemms_are_the_linear_layers_of_one_rank():
     assert len(gated["gemm_up"].fwd) == 2
     flops = sum(2 * math.prod(s) for s in g["gemm_qkv"].fwd)
     assert flops == 2 * t * 128 * 384
+
+
+@pytest.mark.parametrize(
+    ("t1", "s1", "want"),
+    [
+        (600.0, (256, 256, 128), 400.0),  # grown 4x in FLOPs: at most 4x the base's time
+        (300.0, (256, 256, 128), 300.0),  # within [1x, 4x]: the curve's time stands
+        (80.0, (256, 256, 128), 100.0),  # a bigger multiply is never faster
+        (10.0, (64, 64, 128), 25.0),  # shrunk to a quarter: at least a quarter of the time
+        (150.0, (64, 128, 128), 100.0),  # and never slower
+        (900.0, (256, 64, 256), 900.0),  # grown in one dimension, shrunk in another: unbounded
+    ],
+)
+def test_a_curve_ratio_stays_between_unchanged_and_the_flops(t1, s1, want):
+    from lumos.estimate.estimator import _within_flops
+
+    assert _within_flops(100.0, t1, (128, 128, 128), s1) == pytest.approx(want)

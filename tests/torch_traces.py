@@ -32,9 +32,10 @@ def require_torch() -> None:
         pytest.skip("torch is not installed (pip install -e '.[train]')")
 
 
-def record(variant: str, out: Path, steps: int = 4) -> Path:
+def record(variant: str, out: Path, steps: int = 4, record_shapes: bool = True) -> Path:
     """Train the model for `steps` profiled iterations (after one warm-up) and write the trace
-    to `out` (a directory); returns the file."""
+    to `out` (a directory); returns the file. `record_shapes=False` records no input dims, as
+    the profiler's default does."""
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -112,7 +113,7 @@ def record(variant: str, out: Path, steps: int = 4) -> Path:
     with profile(
         activities=[ProfilerActivity.CPU],
         schedule=schedule(wait=0, warmup=1, active=steps),
-        record_shapes=True,
+        record_shapes=record_shapes,
         on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
     ) as prof:
         for _ in range(steps + 1):

@@ -88,7 +88,7 @@ from lumos.estimate.working_set import WorkingSet
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 24
+CACHE_FORMAT = 26
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -265,6 +265,15 @@ class Estimator:
             c.get("exposed_notes", []),
         )
         base = ModelConfig(**cached["config"])
+        unread = {k: why for k, why in cached["unread"].items() if k not in (base_overrides or {})}
+        if unread:
+            raise ConfigError(
+                f"{job}: the trace does not tell the base's "
+                + "; ".join(f"{k} ({why})" for k, why in unread.items())
+                + ": give them with --base "
+                + " ".join(f"{k}=N" for k in unread)
+                + " (`lumos describe` shows what was read)"
+            )
         if base_overrides:
             base = base.replace(**dict(base_overrides))
         base.validate("base configuration")
@@ -359,10 +368,16 @@ class Estimator:
         out: dict[int, float] = {}
         beyond: list[str] = []
         shapes = role_gemms(cfg, self._separate_qkv)
+        base_shapes = role_gemms(self.base, self._separate_qkv)
         for code, (calls, var, base_call) in self._gemm_base.items():
-            g = shapes[ROLES[code]]
+            g, b = shapes[ROLES[code]], base_shapes[ROLES[code]]
             times = [self.gemms.time(s) for s in g.fwd + g.bwd]
             new_call = sum(t for t, _ in times)
+            if len(b.fwd + b.bwd) == len(times):
+                new_call = sum(
+                    _within_flops(self.gemms.time(s0)[0], t, s0, s1)
+                    for s0, s1, (t, _) in zip(b.fwd + b.bwd, g.fwd + g.bwd, times, strict=True)
+                )
             beyond += [f"{s}" for s, (_, b) in zip(g.fwd + g.bwd, times, strict=True) if b]
             # the curve's ratio, applied to the traced multiplies' share of the variable time:
             # a fleet recorded on a faster or slower day shifts the curve, not the ratio
@@ -648,6 +663,22 @@ def manifest_stamp(root: Path) -> str:
     return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
 
 
+def _within_flops(t0: float, t1: float, s0: tuple[int, ...], s1: tuple[int, ...]) -> float:
+    """The curve's time t1 for shape s1, kept between t0 (the base shape s0's) and t0 scaled by
+    the FLOPs when s1 is s0 grown (or shrunk) in every dimension: a bigger multiply is never
+    faster, nor slower per FLOP (caches and vector units only fill better). A curve fitted on
+    a few shapes can say otherwise: an LM head GEMM of an odd width, slower per FLOP than the
+    layers' GEMMs beside it, read as a slope that made hidden x2 cost 5.6x, not the 3.3x
+    measured (nn.TransformerEncoder, a single CPU job)."""
+    grow = all(b >= a for a, b in zip(s0, s1, strict=True))
+    shrink = all(b <= a for a, b in zip(s0, s1, strict=True))
+    if not (grow or shrink) or t0 <= 0:
+        return t1
+    f = math.prod(s1) / math.prod(s0)
+    lo, hi = (t0, t0 * f) if grow else (t0 * f, t0)
+    return min(max(t1, lo), hi)
+
+
 def _attention_shape(cfg: ModelConfig) -> tuple[int, int, int]:
     """(batch x heads on one rank, sequence, head dimension) of cfg's attention calls."""
     heads = max(cfg.heads, 1)
@@ -664,7 +695,10 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
     sizes = shape_roles(inf.config)
     extract_template(wh, job, cache=False, sizes=sizes).save(template_path(wh.root, job))
     folder = template_dir(wh.root, job)
-    _write_json(folder / "base.json", {"config": inf.config.to_dict(), "warnings": inf.warnings})
+    _write_json(
+        folder / "base.json",
+        {"config": inf.config.to_dict(), "warnings": inf.warnings, "unread": inf.unread()},
+    )
     f = FleetModel.learn(wh, job)
     comm = f.comm
     _write_json(

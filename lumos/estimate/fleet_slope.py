@@ -151,14 +151,15 @@ def state_of(cfg: Any, memory_bytes: float | None = None) -> tuple[float, float]
 
 
 def state_bytes(wh: Any, job: str) -> tuple[float, float] | None:
-    """`state_of` `job`'s inferred configuration; None when it cannot be inferred (such a job
-    teaches nothing)."""
+    """`state_of` `job`'s inferred configuration; None when it cannot be inferred, or its shapes
+    were not recorded (such a job teaches nothing)."""
     from lumos.estimate.infer import infer_base
 
     try:
-        return state_of(infer_base(wh, job).config)
+        inf = infer_base(wh, job)
     except (LookupError, ValueError):  # JobNotFound, ConfigError, unparsable shapes
         return None
+    return None if inf.unread() else state_of(inf.config)
 
 
 def state_lookup(

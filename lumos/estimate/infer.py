@@ -36,6 +36,11 @@ from lumos.estimate.config import KEYS, ConfigError, ModelConfig
 __all__ = ["Evidence", "Inference", "infer_base", "JobNotFound"]
 
 
+# Without these the base's shapes are defaults (hidden 1, one layer) and every estimate from it is
+# meaningless: `lumos estimate` refuses unless they are given with --base.
+REQUIRED = ("layers", "hidden", "seq", "micro_batch")
+
+
 class JobNotFound(LookupError):
     """The warehouse holds no events for the job."""
 
@@ -75,6 +80,10 @@ class Inference:
     config: ModelConfig
     fields: dict[str, Evidence]
     warnings: list[str] = field(default_factory=list)
+
+    def unread(self, keys: tuple[str, ...] = REQUIRED) -> dict[str, str]:
+        """Of `keys`, those the trace did not tell (left at their default), with the reason."""
+        return {k: self.fields[k].evidence for k in keys if self.fields[k].source == "default"}
 
     @property
     def transformer(self) -> bool:
@@ -244,20 +253,30 @@ def _is_layer_linear(r: dict[str, Any], rank: int) -> bool:
     return int(r["rank"]) == rank and r["name"] in ("aten::linear", "aten::matmul")
 
 
-def _attention(rows: list[dict[str, Any]], tokens: int | None) -> Attention | None:
-    if not rows:
-        return None
+def _attention_calls(rows: list[dict[str, Any]]) -> tuple[str, dict[int, int], dict[int, int]]:
+    """The attention op's name (by priority, else the most called) and its calls per rank, all
+    and replayed inside the backward: the trace records them with or without shapes."""
     totals = Counter()
     for r in rows:
         totals[r["name"]] += int(r["n"])
     name = next((n for n in _ATTN_PRIORITY if n in totals), None) or totals.most_common(1)[0][0]
-    chosen = [r for r in rows if r["name"] == name]
     counts: dict[int, int] = defaultdict(int)
     again: dict[int, int] = defaultdict(int)
+    for r in rows:
+        if r["name"] == name:
+            counts[int(r["rank"])] += int(r["n"])
+            again[int(r["rank"])] += int(r.get("n_recompute") or 0)
+    return name, dict(counts), dict(again)
+
+
+def _attention(rows: list[dict[str, Any]], tokens: int | None) -> Attention | None:
+    if not rows:
+        return None
+    name, counts, again = _attention_calls(rows)
     shapes = Counter()
-    for r in chosen:
-        counts[int(r["rank"])] += int(r["n"])
-        again[int(r["rank"])] += int(r.get("n_recompute") or 0)
+    for r in rows:
+        if r["name"] != name:
+            continue
         q = _shape(_dims(r["input_dims"])[0]) if _dims(r["input_dims"]) else None
         if q and len(q) == 4:
             shapes[q] += int(r["n"])
@@ -277,7 +296,7 @@ def _attention(rows: list[dict[str, Any]], tokens: int | None) -> Attention | No
                 h, b, s = q[hi], min(rest), max(rest)
                 how = f"{name} query {list(q)}: heads at dim {hi} (other dims give {tokens} tokens)"
                 break
-    return Attention(name, b, s, h, d, dict(counts), how, dict(again))
+    return Attention(name, b, s, h, d, counts, how, again)
 
 
 def _kv_heads(
@@ -578,7 +597,7 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
     elif hidden and hidden % 64 == 0:
         f.set("heads", hidden // 64, 0.1, "no attention op: guessed head_dim 64")
     else:
-        f.default("heads", 1, "no attention op")
+        f.default("heads", 1, "no attention op with input shapes")
     kv_width = _kv_heads(f, att, gemms, hidden, tp)
 
     # FFN: an up GEMM hidden -> F (or -> 2F fused gate+up) and a down GEMM F -> hidden.
@@ -695,8 +714,10 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
         local = {rk: len(v) for rk, v in layer_sets.items()}
     else:
         local = {}
-        per_rank = att.count_by_rank if att else {}
-        what = f"{att.name} calls" if att else ""
+        per_rank, what = {}, ""
+        if attn_rows:  # with or without shapes: one forward call per layer and micro-batch
+            name, per_rank, _ = _attention_calls(attn_rows)
+            what = f"{name} calls"
         if not per_rank and hidden and f.get("ffn"):
             F = int(f.get("ffn")) // tp
             per_rank = defaultdict(int)
@@ -710,7 +731,7 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
             f.set(
                 "layers",
                 local[rk],
-                0.7 if att else 0.5,
+                0.7 if attn_rows else 0.5,
                 f"{per_rank[rk]} {what} / ({n_steps[rk]} step(s) × {n_mb} micro-batch(es)) "
                 f"on rank {rk}",
             )
@@ -853,7 +874,10 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
         # Without an attention op the shapes are not a transformer's (DLRM, ResNet) or attention
         # was not recorded: keep what was read, but say it is weak.
         warnings.append(
-            "no attention operator in the trace: not a transformer, or attention is "
+            f"attention operator {_attention_calls(attn_rows)[0]} recorded without input shapes "
+            "(the profiler's record_shapes was off): model-shape fields are guesses"
+            if attn_rows
+            else "no attention operator in the trace: not a transformer, or attention is "
             "not recorded; model-shape fields are guesses"
         )
         for key in ("layers", "hidden", "ffn", "heads", "seq", "micro_batch", "vocab"):

@@ -71,9 +71,12 @@ def write_job_configs(wh: Any) -> None:
         if path.exists():
             continue
         try:
-            cfg = infer_base(wh, job).config
+            inf = infer_base(wh, job)
         except Exception:  # noqa: BLE001 - a job that cannot be inferred is simply not paired
             continue
+        if inf.unread():  # its shapes were not recorded: its configuration is defaults
+            continue
+        cfg = inf.config
         data: dict[str, list[Any]] = {"job": [job]}
         data.update(_config_columns([cfg]))
         data["inferred_at"] = [datetime.now(UTC)]

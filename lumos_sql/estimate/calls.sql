@@ -21,16 +21,18 @@ WITH e AS (
             OR lower(name) LIKE '%fusedattn%') AND lower(name) NOT LIKE '%backward%'
                AS is_attention
     FROM e
-    WHERE input_dims IS NOT NULL
 ), calls AS (
     SELECT *,
            coalesce(lead(ts_ns) OVER (PARTITION BY rank, tid, name
                                       ORDER BY ts_ns, end_ns DESC, event_idx) < end_ns,
                     false) AS is_outer
     FROM kinds
+    -- attention calls are counted with or without shapes (record_shapes off: layers from the
+    -- count), GEMMs only tell something with theirs
     WHERE is_attention
-       OR name IN ('aten::linear', 'aten::matmul', 'aten::mm', 'aten::addmm', 'aten::bmm',
-                   'aten::baddbmm', 'aten::embedding')
+       OR input_dims IS NOT NULL
+          AND name IN ('aten::linear', 'aten::matmul', 'aten::mm', 'aten::addmm', 'aten::bmm',
+                       'aten::baddbmm', 'aten::embedding')
 ), bwd AS (
     -- the latest end of the backward spans started so far on each thread
     SELECT rank, tid, ts_ns,
