@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from torch_traces import TRUTH, VARIANTS, record, require_torch
+from torch_traces import GQA_KV_HEADS, TRUTH, VARIANTS, record, require_torch
 
 EXPECTED = {
     "plain": dict(dtype_bytes=4, recompute="none"),
@@ -20,6 +20,7 @@ EXPECTED = {
     "tanh_gelu": dict(dtype_bytes=4, recompute="none"),
     "conv1d": dict(dtype_bytes=4, recompute="none"),
     "math_attn": dict(dtype_bytes=4, recompute="none"),
+    "gqa_full": dict(dtype_bytes=4, recompute="full", kv_heads=GQA_KV_HEADS),
 }
 
 
@@ -43,6 +44,18 @@ def test_variant_config_is_recovered(variants_wh, variant):
     inf = infer_base(Warehouse.open(variants_wh), variant)
     got = {k: getattr(inf.config, k) for k in (*TRUTH, *EXPECTED[variant])}
     assert got == {**TRUTH, **EXPECTED[variant]}, inf.fields
+
+
+def test_checkpointed_fused_qkv_reads_its_key_value_heads(variants_wh):
+    """The fused QKV GEMM (hidden -> hidden + 2 K/V widths) counts its forward calls like the
+    attention op does: their replays inside the backward (checkpointing) are counted apart in
+    both. Subtracting the replays from the attention calls alone had left 0 calls to match."""
+    from lumos.api import Warehouse
+    from lumos.estimate.infer import infer_base
+
+    ev = infer_base(Warehouse.open(variants_wh), "gqa_full").fields["kv_heads"]
+    h, kvw = TRUTH["hidden"], GQA_KV_HEADS * TRUTH["hidden"] // TRUTH["heads"]
+    assert ev.value == GQA_KV_HEADS and f"fused QKV projection {h}→{h + 2 * kvw}" in ev.evidence
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -21,7 +21,11 @@ import pytest
 # the model every variant trains: what inference must recover
 # ffn is not 4 x hidden, so that inference must read it, not default to it
 TRUTH = dict(layers=3, hidden=48, heads=4, ffn=160, seq=16, micro_batch=2, vocab=96)
-VARIANTS = ("plain", "bf16", "full", "selective", "tanh_gelu", "conv1d", "math_attn")
+VARIANTS = ("plain", "bf16", "full", "selective", "tanh_gelu", "conv1d", "math_attn", "gqa_full")
+# gqa_full: grouped-query attention (Megatron's fused QKV projection, K and V for GQA_KV_HEADS
+# heads: 1, multi-query, so that the fused width 72 is not the vocabulary's 96) with every block
+# checkpointed
+GQA_KV_HEADS = 1
 
 
 def require_torch() -> None:
@@ -73,13 +77,19 @@ def record(variant: str, out: Path, steps: int = 4, record_shapes: bool = True) 
         def __init__(self) -> None:
             super().__init__()
             self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
-            self.qkv, self.proj = lin(h, 3 * h), lin(h, h)
+            self.kvw = GQA_KV_HEADS * (h // nh) if variant == "gqa_full" else h
+            self.qkv, self.proj = lin(h, h + 2 * self.kvw), lin(h, h)
             self.fc1, self.fc2 = lin(h, ffn), lin(ffn, h)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             b, s, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(h, dim=-1)
-            q, k, v = (t.view(b, s, nh, h // nh).transpose(1, 2) for t in (q, k, v))
+            q, k, v = self.qkv(self.ln1(x)).split([h, self.kvw, self.kvw], dim=-1)
+            q = q.view(b, s, nh, h // nh).transpose(1, 2)
+            kvh = self.kvw // (h // nh)
+            k, v = (
+                t.view(b, s, kvh, h // nh).transpose(1, 2).repeat_interleave(nh // kvh, dim=1)
+                for t in (k, v)
+            )
             if variant == "selective":
                 a = checkpoint(core, q, k, v, use_reentrant=False)
             else:
@@ -102,7 +112,11 @@ def record(variant: str, out: Path, steps: int = 4, record_shapes: bool = True) 
         def forward(self, idx: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
             x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
             for blk in self.blocks:
-                x = checkpoint(blk, x, use_reentrant=False) if variant == "full" else blk(x)
+                x = (
+                    checkpoint(blk, x, use_reentrant=False)
+                    if variant in ("full", "gqa_full")
+                    else blk(x)
+                )
             logits = self.head(self.ln_f(x))
             return F.cross_entropy(logits.reshape(-1, vocab), tgt.reshape(-1))
 

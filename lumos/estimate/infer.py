@@ -315,17 +315,26 @@ def _kv_heads(
         return att.local_heads * att.head_dim if att else 0
     width, d = att.local_heads * att.head_dim, att.head_dim
     rk = min(att.count_by_rank)
-    calls = att.count_by_rank[rk] - att.recompute_by_rank.get(rk, 0)
+    # forward calls, as the GEMM counts: replays inside the backward are counted apart in both
+    calls = att.count_by_rank[rk]
     out = Counter()
     for g in gemms:
         if g.rank == rk and g.k == hidden:
             out[g.n] += g.count
-    for w in sorted(out):
-        if w >= width or w % d or (width // d) % (w // d):
+    # a K/V width is read from a GEMM of its own, or from a fused QKV one (width + 2 K/V) when
+    # the model has neither a Q projection of its own (hidden -> width: at most the output
+    # projection's calls there, which is hidden -> hidden without TP) nor a multi-head fused
+    # one (3 x width): else an MLP's up projection of width + 2w reads as a fused QKV
+    near = lambda n, k: abs(n - k) <= 0.25 * k  # noqa: E731
+    fused = set()
+    if out[width] <= 1.25 * calls and not near(out[3 * width], calls):
+        fused = {(n - width) // 2 for n in out if n > width and (n - width) % 2 == 0}
+    for w in sorted(set(out) | fused):
+        if w <= 0 or w >= width or w % d or (width // d) % (w // d):
             continue
-        if abs(out[w] - 2 * calls) <= 0.25 * 2 * calls:
+        if out[w] and near(out[w], 2 * calls):
             how = f"K and V projections {hidden}→{w} ({out[w]} calls, 2 per attention call)"
-        elif w > 0 and abs(out[width + 2 * w] - calls) <= 0.25 * calls:
+        elif w in fused and out[width + 2 * w] and near(out[width + 2 * w], calls):
             how = f"fused QKV projection {hidden}→{width + 2 * w} ({out[width + 2 * w]} calls)"
         else:
             continue
