@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -342,6 +343,30 @@ def _kv_heads(
         return w
     f.set("kv_heads", att.local_heads * tp, 0.6, "no narrower K/V projection: multi-head attention")
     return width
+
+
+# A step whose GPUs are busy this share of it has GPU work that shape changes re-time.
+GPU_BOUND_SHARE = 0.2
+
+
+def _gpu_bound(rows: list[dict[str, Any]]) -> str | None:
+    """A warning when the traced steps' GPU work is a large share of them (median over the
+    ranks' steps): the estimator's template holds the CPU operators only, whose durations on a
+    GPU job are launches and waits, so a change of shapes leaves the GPU's work as it was."""
+    shares = [(r["busy_ns"] / r["step_ns"], r["sync_ns"] / r["step_ns"]) for r in rows]
+    if not shares:
+        return None
+    busy = statistics.median(b for b, _ in shares)
+    sync = statistics.median(y for _, y in shares)
+    if busy < GPU_BOUND_SHARE:
+        return None
+    return (
+        f"the GPUs are busy {100 * busy:.0f}% of the traced step (median over ranks and steps) "
+        f"and the CPU waits {100 * sync:.0f}% of it in synchronising calls: estimates re-time "
+        "the CPU operators, whose durations here are kernel launches and waits for the GPU, "
+        "not the GPU kernels (not in the estimator's template yet): estimates of shape "
+        "changes do not follow the GPU's work"
+    )
 
 
 # --- annotations ------------------------------------------------------------------------------
@@ -893,6 +918,10 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
             ev = f.values.get(key)
             if ev and ev.source == "trace":
                 f.values[key] = Evidence(ev.value, ev.source, min(ev.confidence, 0.2), ev.evidence)
+
+    gpu = _gpu_bound(_rows(con, "gpu_busy", job=job))
+    if gpu:
+        warnings.append(gpu)
 
     # Given values win.
     for key, value in given.items():
