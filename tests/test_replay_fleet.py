@@ -185,3 +185,20 @@ def test_unknown_job_and_bad_workers_are_argument_errors(tmp_path: Path, example
     assert res.returncode == 2 and "--workers must be at least 1" in res.stderr
     with pytest.raises(ValueError, match="workers must be at least 1"):
         replay_fleet(wh, workers=0)
+
+
+def test_the_code_hash_covers_every_sql_folder_replay_and_explain_read() -> None:
+    """A job is replayed again when lumos changes (`code_sha256`): every lumos_sql folder the
+    replay and explanation code loads must be in what is hashed, or a change there is missed
+    (collectives/ was, while the multi-rank replay matched its collectives with it)."""
+    import re
+
+    from lumos.replay import fleet
+
+    root = Path(fleet.__file__).resolve().parents[2]
+    read = set()
+    for pkg in ("lumos/replay", "lumos/explain"):
+        for py in (root / pkg).glob("*.py"):
+            read |= set(re.findall(r'lumos_sql\.(?:load|render)\(f?"([a-z_]+)/', py.read_text()))
+    hashed = {g.split("/")[0] for pkg, g in fleet._CODE_GLOBS if pkg == "lumos_sql"}
+    assert read and read <= hashed, read - hashed

@@ -50,6 +50,9 @@ _CODE_GLOBS: tuple[tuple[str, str], ...] = (
     ("lumos_sql", "graph/*.sql"),
     ("lumos_sql", "replay/*.sql"),
     ("lumos_sql", "explain/*.sql"),
+    ("lumos_sql", "collectives/*.sql"),
+    # which files a job's replay reads (warehouse.catalog.job_events_view)
+    ("lumos_sql", "catalog/job_*.sql"),
     ("kernels", "*.py"),
     ("lumos.replay", "*.py"),
     ("lumos.explain", "*.py"),
