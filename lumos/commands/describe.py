@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 
+from lumos.commands.options import add_warehouse
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -14,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="infer a job's model and parallel configuration (and memory per rank) from its trace",
     )
     p.add_argument("--job", required=True, help="job name in the warehouse")
-    p.add_argument("--warehouse", default=None, help="warehouse directory ($LUMOS_WAREHOUSE)")
+    add_warehouse(p)
     p.add_argument(
         "--base",
         nargs="+",

@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 
+from lumos.commands.options import add_warehouse
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -19,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "speedup.comm=2, speedup.all=1.1). Exits 2 on a bad key or value.",
     )
     p.add_argument("--job", required=True, help="base job name in the warehouse")
-    p.add_argument("--warehouse", default=None, help="warehouse directory ($LUMOS_WAREHOUSE)")
+    add_warehouse(p)
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
     p.add_argument("--base", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lumos.commands.options import add_warehouse
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -20,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--job", required=True, help="a job replayed with `lumos replay`")
     p.add_argument("--rank", type=int, default=None, help="only this rank (default: all)")
     p.add_argument("--step", type=int, default=None, help="only this step (default: all)")
-    p.add_argument("--warehouse", default=None, help="warehouse directory ($LUMOS_WAREHOUSE)")
+    add_warehouse(p)
     p.set_defaults(func=_run)
 
 

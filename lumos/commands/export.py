@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lumos.commands.options import add_warehouse
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -21,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="replayed times (model, identity) or the trace's own (default: model)",
     )
     p.add_argument("--out", required=True, help="output file (.json.gz or .json)")
-    p.add_argument("--warehouse", default=None, help="warehouse directory ($LUMOS_WAREHOUSE)")
+    add_warehouse(p)
     p.set_defaults(func=_run)
 
 

@@ -10,6 +10,8 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from lumos.commands.options import add_warehouse
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -60,9 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     acc.add_argument("dir", type=Path, metavar="DIR", help="output of `groundtruth run`")
     acc.add_argument("--base", default="base", help="the base job's folder name (default base)")
-    acc.add_argument(
-        "--warehouse", type=Path, help="warehouse directory (default: $LUMOS_WAREHOUSE)"
-    )
+    add_warehouse(acc, type=Path)
     acc.add_argument(
         "--no-fleet",
         dest="fleet",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lumos.commands.options import add_warehouse
+
 DESCRIPTION = """\
 Ingest Kineto trace files (or every *.json / *.json.gz under the given directories) into the
 warehouse. Without --job, the job is the one the trace names (mast_job_name, distributedInfo), else
@@ -24,11 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories")
     p.add_argument("--job", help="ingest all the given files as the ranks of this job")
-    p.add_argument(
-        "--warehouse",
-        metavar="DIR",
-        help="warehouse directory (default: $LUMOS_WAREHOUSE, else ./lumos_warehouse)",
-    )
+    add_warehouse(p)
     p.add_argument(
         "--workers", type=int, default=1, metavar="N", help="parse N files in parallel (default 1)"
     )

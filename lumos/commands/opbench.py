@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from lumos.commands.options import add_warehouse
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -25,11 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     imp.add_argument("dir", type=Path, metavar="DIR", help="folder of benchmark CSV files")
     imp.add_argument("--device", required=True, help="device name, e.g. a100-80gb or H100")
-    imp.add_argument(
-        "--warehouse",
-        type=Path,
-        help="warehouse directory (default: $LUMOS_WAREHOUSE or ./lumos_warehouse)",
-    )
+    add_warehouse(imp, type=Path)
     imp.set_defaults(func=_import)
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
 

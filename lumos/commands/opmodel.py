@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from lumos.commands.options import add_warehouse
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -21,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="fill in forward/backward times for rows of a benchmark-format CSV",
         description="Read FILE.csv (a benchmark file's columns; the operator comes from its name "
         "<GPU>_<operator>_<precision>.csv or --operator), fill in blank duration cells, and "
-        "write them with a 5-95%% interval per target (<target>_low_us, <target>_high_us) and an "
+        "write them with a 5-95% interval per target (<target>_low_us, <target>_high_us) and an "
         "out_of_range flag (shape outside what the model was fitted on).",
     )
     pred.add_argument("--device", required=True, help="device whose benchmarks to fit on")
@@ -29,19 +31,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pred.add_argument("--out", type=Path, required=True, metavar="FILE.csv")
     pred.add_argument("--operator", help="operator, when the input's file name does not say")
     pred.add_argument("--overwrite", action="store_true", help="replace durations already given")
-    pred.add_argument("--warehouse", type=Path, help="warehouse directory")
+    add_warehouse(pred, type=Path)
     pred.set_defaults(func=_predict)
     ev = sub.add_parser(
         "eval",
         help="per-operator accuracy on a random 80/20 split, against a fitted roofline",
-        description="Fit every operator of DEVICE on a random 80%% of its rows and report median "
+        description="Fit every operator of DEVICE on a random 80% of its rows and report median "
         "and 90th-percentile relative error on the rest, for the model and for the roofline "
         "with fitted constant rates (the baseline).",
     )
     ev.add_argument("--device", required=True)
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--operator", action="append", help="only these operators (repeatable)")
-    ev.add_argument("--warehouse", type=Path, help="warehouse directory")
+    add_warehouse(ev, type=Path)
     ev.set_defaults(func=_eval)
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lumos.commands.options import add_warehouse
+
 DESCRIPTION = """\
 Replay every ingested job (or each --job): rebuild its execution graph from the warehouse, replay
 it (model and identity modes; multirank for jobs of several ranks), explain it, and write the
@@ -23,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--job", action="append", help="job to replay (repeatable; default: all)")
-    p.add_argument("--warehouse", default=None, help="warehouse directory ($LUMOS_WAREHOUSE)")
+    add_warehouse(p)
     p.add_argument(
         "--no-explain",
         action="store_true",

@@ -5,22 +5,24 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lumos.commands.options import add_warehouse
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "sql",
         help="run a SQL query on the warehouse",
         description="Run one DuckDB SQL query against the warehouse's views (events, traces, "
-        "trace_meta, devices, threads, distributed_info) and print the result.",
+        "trace_meta, devices, threads, distributed_info, jobs; after `lumos replay` iterations, "
+        "tasks, deps, kernels, collectives, schedules, iteration_replay, replay_quality, "
+        "breakdown, sm_utilization, critical_path, critical_path_summary, replay_runs; after "
+        "estimates estimates, job_configs, estimate_vs_measured; README.md lists them all) and "
+        "print the result.",
     )
     p.add_argument(
         "query", help='the query, e.g. "select job, rank, count(*) from events group by all"'
     )
-    p.add_argument(
-        "--warehouse",
-        metavar="DIR",
-        help="warehouse directory (default: $LUMOS_WAREHOUSE, else ./lumos_warehouse)",
-    )
+    add_warehouse(p)
     p.add_argument(
         "--format",
         choices=("table", "csv", "json"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lumos.commands.options import add_warehouse
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -14,11 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "bytes, devices and where their replay stands (ok, failed, stale: files or lumos "
         "changed, none), and list refused files with the reason.",
     )
-    p.add_argument(
-        "--warehouse",
-        metavar="DIR",
-        help="warehouse directory (default: $LUMOS_WAREHOUSE, else ./lumos_warehouse)",
-    )
+    add_warehouse(p)
     p.set_defaults(func=run)
 
 

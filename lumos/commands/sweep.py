@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lumos.commands.options import add_warehouse
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -18,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--job", required=True, help="base job name in the warehouse")
     p.add_argument("--grid", required=True, help="grid file (YAML)")
-    p.add_argument("--warehouse", default=None, help="warehouse directory ($LUMOS_WAREHOUSE)")
+    add_warehouse(p)
     p.add_argument("--base", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
     p.add_argument("--top", type=int, default=10, help="how many of the fastest to print")
     p.add_argument("--no-write", action="store_true", help="do not write the estimates table")
