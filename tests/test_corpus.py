@@ -168,6 +168,9 @@ def test_estimation_from_the_base_alone(corpus_wh, tmp_path):
     pred = est.predict([est.target({"tp": 2})])[0]
     assert abs(pred.predicted_ns - tp2) / tp2 <= 0.10
     assert any("host prior" in w for w in pred.warnings), pred.warnings
+    # one trace holds one attention shape: a sequence change takes the prior's attention law
+    longer = est.predict([est.target({"seq": 256})])[0]
+    assert any("attention times by shape" in w for w in longer.warnings), longer.warnings
     bare = FleetModel.learn(wh, "base", prior=False)
     est_bare = Estimator(est.tpl, est.base, bare.comm, [], bare.contention)
     short = est_bare.predict([est_bare.target({"tp": 2})])[0].predicted_ns

@@ -44,7 +44,7 @@ def test_round_trip_and_packaged_priors():
     assert all(f >= 1.0 for f in [*cpu.contention.values(), *cpu.lockstep.values()])
     assert cpu.beta > 0 and cpu.gamma > 0
     assert priors.load("gpu") is None  # NCCL keeps comm.DEFAULTS; no CPU-side laws
-    assert len(priors.describe(cpu)) == 4
+    assert len(priors.describe(cpu)) == 5
 
 
 def test_corrupt_prior_file_is_named(tmp_path, monkeypatch):
@@ -110,3 +110,21 @@ def test_slopes_borrow_the_prior_law_with_its_span():
     assert g.scale(1.0, 2.0) == (pytest.approx(2.0**0.3), None)
     assert IdleGaps.from_dict(g.to_dict()) == g
     assert not IdleGaps.fit(two).with_prior(PRIOR).borrowed
+
+
+def test_attention_laws_are_borrowed_only_for_the_ops_the_fleet_did_not_fit():
+    from dataclasses import replace
+
+    from lumos.estimate.op_fleet import OpTimes
+
+    prior = replace(PRIOR, attention={"aten::sdpa": [1e4, 0, 1, 0, 0.01], "own": [9, 9, 9, 9, 9]})
+    learned = OpTimes({"own": [1.0, 0, 0, 0, 0]}, ["fitted 1 op"])
+    got = learned.with_prior(prior)
+    assert got.attn["own"] == [1.0, 0, 0, 0, 0]  # what the warehouse fitted is kept
+    assert got.has_attention("aten::sdpa") and got.borrowed == {"aten::sdpa"}
+    assert any("aten::sdpa" in n and "host prior" in n for n in got.notes)
+    assert OpTimes.from_dict(got.to_dict()).borrowed == {"aten::sdpa"}
+    full = OpTimes({"aten::sdpa": [2.0, 0, 0, 0, 0], "own": [1.0, 0, 0, 0, 0]})
+    assert full.with_prior(prior) is full  # nothing to borrow
+    # the packaged prior carries the corpus's attention laws (forward and backward)
+    assert len(priors.load("cpu").attention) >= 2

@@ -88,7 +88,7 @@ from lumos.estimate.working_set import WorkingSet
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 28
+CACHE_FORMAT = 29
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -479,6 +479,12 @@ class Estimator:
         if _world(cfg) != _world(self.base) or (cfg.tp > 1) != (self.base.tp > 1):
             _, warn = self.contention.scale(*self._worlds(cfg))
             out += warn + self.contention.borrowed
+        if (
+            self._attn_ops is not None
+            and self.ops.borrowed
+            and _attention_shape(cfg) != _attention_shape(self.base)
+        ):
+            out += [n for n in self.ops.notes if "host prior" in n and n not in out]
         for law, scale in ((self.working_set, self._state_scale), (self.gaps, self._gap_scale)):
             f, warn = scale(cfg)
             if warn:

@@ -67,6 +67,8 @@ class FleetModel:
             contention = contention.with_prior(p)
         # the shape curves divide each job's samples by its working-set slowdown: after the prior
         gemms, ops = calibrate_shapes(wh, job, exclude=exclude, job_scale=ws.job_scales())
+        if p is not None:
+            ops = ops.with_prior(p)
         return cls(comm, contention, gemms, ops, ws, gaps)
 
 

@@ -56,6 +56,8 @@ class HostPrior:
     # idle gaps (idle_gaps.IdleGaps): exponent and the log activation ratios it was learned over
     gamma: float = 0.0
     gamma_span: tuple[float, float] = (0.0, 0.0)
+    # attention ops (op_fleet.OpTimes): per op name, the coefficients of `attention_terms`
+    attention: dict[str, list[float]] = field(default_factory=dict)
 
     def cite(self) -> str:
         """How a note names the prior: the file, which says where it was learned."""
@@ -88,6 +90,7 @@ class HostPrior:
             _pair(d.get("beta_spread"), 1.0),
             float(d.get("gamma", 0.0)),
             _pair(d.get("gamma_span"), 0.0),
+            {str(k): [float(x) for x in v] for k, v in d.get("attention", {}).items()},
         )
 
 
@@ -126,6 +129,7 @@ def learn(wh: Any, job: str, source: str) -> HostPrior:
             ("lock-step contention", lock is not None and bool(lock.by_world)),
             ("working-set slope", ws.learned),
             ("idle-gap slope", g.learned),
+            ("attention times by shape", bool(f.ops.attn)),
         )
         if not ok
     ]
@@ -150,6 +154,7 @@ def learn(wh: Any, job: str, source: str) -> HostPrior:
         ws.spread,
         g.gamma,
         span_of(g.points),
+        dict(f.ops.attn),
     )
 
 
@@ -167,4 +172,5 @@ def describe(p: HostPrior) -> list[str]:
         f"{math.exp(p.beta_span[1]):.2f}x the base)",
         f"idle gaps: act^{p.gamma:.3f} (activations {math.exp(p.gamma_span[0]):.2f}-"
         f"{math.exp(p.gamma_span[1]):.2f}x the base)",
+        f"attention times by shape: {', '.join(sorted(p.attention)) or 'none'}",
     ]
