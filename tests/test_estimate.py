@@ -254,3 +254,21 @@ def test_period_cut_of_an_all_forwards_first_step():
     assert list(tpl.mb[bwd]) == [1] * 15 + [0] * 15 and tpl.bwd[bwd].all()
     assert b[29] == BLOCK["b_post"] and list(tpl.layer[33:43]) == [1] * 5 + [0] * 5
     assert list(b[-2:]) == [BLOCK["opt"]] * 2
+
+
+def test_the_first_estimate_after_an_ingest_says_it_is_learning(tmp_path, capsys):
+    """Building the template and the fleet's laws takes seconds on a large warehouse: the first
+    estimate after an ingest says so on stderr, later ones (cache current) are silent."""
+    from lumos.api import Warehouse
+
+    corpus = Path(__file__).parent / "data" / "corpus"
+    wh = Warehouse.open(tmp_path / "wh", create=True)
+    wh.ingest([str(corpus / "base")], job="base")
+    argv = ["estimate", "--warehouse", str(tmp_path / "wh"), "--job", "base", "--set", "layers=8"]
+    assert main(argv) == 0
+    assert "learning base's template" in capsys.readouterr().err
+    assert main(argv) == 0
+    assert capsys.readouterr().err == ""
+    wh.ingest([str(corpus / "layers_x2")], job="layers_x2")  # the fleet changed: learn again
+    assert main(argv) == 0
+    assert "learning base's template" in capsys.readouterr().err

@@ -42,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         base = parse_overrides(args.base, "--base")
         keys, speed = split_speedups(args.set, "--set")
-        est = Estimator.open(args.warehouse, args.job, base)
+        est = Estimator.open(args.warehouse, args.job, base, on_build=_say)
         target = est.target(keys, "--set")
         pred = est.explain(target, speed)
     except (ConfigError, TemplateError, TransformError, LookupError, FileNotFoundError) as exc:
@@ -68,3 +68,7 @@ def _run(args: argparse.Namespace) -> int:
     for w in pred.warnings:
         print(f"warning: {w}")
     return 0
+
+
+def _say(what: str) -> None:
+    print(f"lumos estimate: {what}...", file=sys.stderr, flush=True)

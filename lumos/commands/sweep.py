@@ -38,7 +38,9 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         grid = load_grid(args.grid)
-        est = Estimator.open(args.warehouse, args.job, parse_overrides(args.base, "--base"))
+        est = Estimator.open(
+            args.warehouse, args.job, parse_overrides(args.base, "--base"), on_build=_say
+        )
         res = run_sweep(est, grid, args.job)
     except (GridError, ConfigError, TemplateError, TransformError, LookupError) as exc:
         print(f"lumos sweep: {exc}", file=sys.stderr)
@@ -69,3 +71,7 @@ def _run(args: argparse.Namespace) -> int:
             f"{p.memory_bytes / 2**20:8.1f} MiB{fits}  {desc}"
         )
     return 0
+
+
+def _say(what: str) -> None:
+    print(f"lumos sweep: {what}...", file=sys.stderr, flush=True)

@@ -29,7 +29,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,13 +234,18 @@ class Estimator:
     # --- opening -------------------------------------------------------------------------------
     @classmethod
     def open(
-        cls, root: str | Path | None, job: str, base_overrides: Mapping[str, Any] | None = None
+        cls,
+        root: str | Path | None,
+        job: str,
+        base_overrides: Mapping[str, Any] | None = None,
+        on_build: Callable[[str], None] | None = None,
     ) -> Estimator:
         """The estimator of `job` in the warehouse at `root`. The template, the inferred base and
         what the fleet teaches are cached beside each other (`template_dir`), stamped with the
         manifest's parts: any ingest since (of this job or of others, which change the fleet)
         rebuilds them. Once cached, opening touches neither DuckDB nor the catalog (a single
-        estimate stays well under a second)."""
+        estimate stays well under a second). `on_build` is told, before the cache is built
+        (seconds on a large fleet), what is being learned."""
         # as warehouse.layout.default_warehouse (not imported: it pulls in pyarrow)
         wh_root = Path(root or os.environ.get("LUMOS_WAREHOUSE") or "lumos_warehouse")
         wh_root = wh_root.expanduser().resolve()
@@ -250,6 +255,11 @@ class Estimator:
         fresh = template_path(wh_root, job).exists() and all(p.exists() for p in paths.values())
         cached_comm = json.loads(paths["comm"].read_text()) if fresh else {}
         if cached_comm.get("manifest") != stamp or cached_comm.get("format") != CACHE_FORMAT:
+            if on_build is not None:
+                on_build(
+                    f"learning {job}'s template and what the warehouse's other jobs teach "
+                    "(once per ingest)"
+                )
             _build_cache(wh_root, job, stamp)
         tpl = Template.load(template_path(wh_root, job))
         cached = json.loads(paths["base"].read_text())
