@@ -545,8 +545,18 @@ def template_from_rows(
     idx = np.array(cut["i"], np.int64)
     sig = [r["name"] for r in ref]
     same = [s for s in steps if [r["name"] for r in by_step[s]] == sig]
-    dur = np.array([[int(by_step[s][i]["dur_ns"]) for i in range(len(ref))] for s in same])
-    gap = np.array([[max(int(by_step[s][i]["gap_ns"]), 0) for i in range(len(ref))] for s in same])
+
+    def col(key: str) -> np.ndarray:
+        return np.array([[int(by_step[s][i].get(key) or 0) for i in range(len(ref))] for s in same])
+
+    # collective work inside an op (a tensor-parallel function around its all-reduce) and the
+    # traced waits for collectives (DDP's last bucket, a pipeline receive) leave the template:
+    # the transforms re-create them for the target's parallel degrees
+    dur = col("dur_ns")
+    in_op = np.minimum(col("comm_in_op_ns"), dur)
+    dur = dur - in_op
+    gap = np.maximum(col("gap_ns"), 0)
+    wait = np.minimum(col("comm_wait_ns"), gap)
     ends = np.array(
         [
             int(by_step[s][-1]["step_ns"])
@@ -556,11 +566,13 @@ def template_from_rows(
         ]
     )
     dur_f = np.median(dur, axis=0)
-    gap_f = np.median(gap, axis=0)
+    gap_f = np.median(gap - wait, axis=0)
+    wait_f = np.median(wait, axis=0) + np.median(in_op, axis=0)
     end_f = float(max(np.median(ends), 0))
     # per-position medians sum to less than the median step (the noise is right-skewed): scale
-    # them so that the template's step is the median traced step, which estimates are judged on
-    total = dur_f.sum() + gap_f.sum() + end_f
+    # them so that the template's step (with its collective waits) is the median traced step,
+    # which estimates are judged on
+    total = dur_f.sum() + gap_f.sum() + wait_f.sum() + end_f
     k = float(np.median(step_ns)) / total if total > 0 else 1.0
     dur_m = np.rint(dur_f * k).astype(np.int64)
     gap_m = np.rint(gap_f * k).astype(np.int64)

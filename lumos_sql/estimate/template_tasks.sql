@@ -15,6 +15,17 @@
 -- the last one before the counter moves on), so backward ops inherit the forward op's layer/role.
 -- `gap_ns`: idle time before the op in the step's merged timeline (from the step start for the
 -- first op; negative where threads overlap, clipped by layers.py).
+-- `comm_wait_ns`: the part of that gap spent waiting for a collective of the rank (gloo / NCCL
+-- work on its own threads: DDP's last gradient bucket, whose wait is no op of the step's thread,
+-- or a pipeline receive): the transforms re-create that wait for the target's parallel degrees,
+-- so layers.py takes it out of the gap. A thread waits for a collective at most once, in the
+-- longest gap the collective overlaps; the short gaps between backward ops while earlier buckets
+-- are reduced are not waits. (Gloo's record of an all-reduce can close milliseconds after the
+-- waiting thread resumed, so its end does not mark the wait's.)
+-- `comm_in_op_ns`: the duration of an op that calls a collective (`c10d::*` nested in it: a
+-- tensor-parallel autograd function around its all-reduce and wait), a collective op as much as
+-- a top-level `c10d::*` one: comm.py learns a synchronous all-reduce's cost from such ops'
+-- whole blocking, and the transforms re-create it.
 -- Reads `job_events` (lumos_sql/catalog/job_events.sql), the job's own files: set it first.
 WITH steps AS (
     SELECT rank, tid, ts_ns AS s0, ts_ns + dur_ns AS s1, name AS step_name,
@@ -54,8 +65,8 @@ WITH steps AS (
       AND (e.cat = 'user_annotation'
            OR (e.cat = 'python_function' AND e.name LIKE 'nn.Module: %'))
 ), labelled AS (
-    SELECT t.rank, t.step_no, t.tid, t.event_idx, t.name, t.ts_ns, t.dur_ns, t.end_ns, t.s0, t.s1,
-           t.seqno, t.input_dims,
+    SELECT t.rank, t.step_no, t.tid, t.grp, t.event_idx, t.name, t.ts_ns, t.dur_ns, t.end_ns,
+           t.s0, t.s1, t.seqno, t.input_dims,
            max(CASE WHEN regexp_matches(a.name, '^layer_[0-9]+$')
                     THEN CAST(substr(a.name, 7) AS BIGINT) END) AS layer,
            max(CASE WHEN regexp_matches(a.name, '^forward_mb[0-9]+$')
@@ -81,6 +92,21 @@ WITH steps AS (
       ON a.rank = t.rank AND a.tid = t.tid AND a.a0 <= t.ts_ns AND a.a1 >= t.end_ns
     WHERE t.is_top
     GROUP BY ALL
+), coll AS (
+    -- collective work (gloo, NCCL, MPI) of each rank, merged into disjoint busy islands
+    SELECT rank, ts_ns AS a, ts_ns + dur_ns AS b,
+           max(ts_ns + dur_ns) OVER (PARTITION BY rank ORDER BY ts_ns, dur_ns
+                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+    FROM job_events
+    WHERE job = $job AND ph = 'X' AND dur_ns > 0 AND cat IN ('user_annotation', 'cpu_op')
+      AND (starts_with(name, 'gloo:') OR starts_with(name, 'nccl:') OR starts_with(name, 'mpi:'))
+), islands AS (
+    SELECT rank, isl, min(a) AS a, max(b) AS b
+    FROM (SELECT rank, a, b,
+                 sum(CASE WHEN reach IS NULL OR a > reach THEN 1 ELSE 0 END)
+                     OVER (PARTITION BY rank ORDER BY a, b ROWS UNBOUNDED PRECEDING) AS isl
+          FROM coll)
+    GROUP BY rank, isl
 ), fwd_seq AS (
     -- every forward op with a sequence number -> the top-level op holding the last one
     -- (ops nested in a backward function record their node's number too: not forward ops)
@@ -88,13 +114,35 @@ WITH steps AS (
     FROM tops AS t
     WHERE t.seqno IS NOT NULL AND t.seqno >= 0 AND NOT starts_with(t.top_name, 'autograd::')
     GROUP BY ALL
+), gapped AS (
+    SELECT l.*, l.ts_ns - coalesce(lag(l.end_ns) OVER w, l.s0) AS gap_ns
+    FROM labelled AS l
+    WINDOW w AS (PARTITION BY l.rank, l.step_no ORDER BY l.ts_ns, l.event_idx)
+), gap_coll AS (
+    SELECT g.rank, g.event_idx, i.isl,
+           least(i.b, g.ts_ns) - greatest(i.a, g.ts_ns - g.gap_ns) AS ov
+    FROM gapped AS g
+    JOIN islands AS i ON i.rank = g.rank AND i.a < g.ts_ns AND i.b > g.ts_ns - g.gap_ns
+    WHERE g.gap_ns > 0
+), calls_coll AS (
+    -- top-level ops that call a collective inside them (a tensor-parallel autograd function's
+    -- forward or backward around c10d::allreduce_ and its wait)
+    SELECT DISTINCT rank, tid, grp FROM tops WHERE NOT is_top AND starts_with(name, 'c10d::')
+), waits AS (
+    -- a thread waits for a collective at most once: in the longest idle stretch it overlaps
+    SELECT rank, event_idx, sum(ov) AS comm_wait_ns
+    FROM (SELECT rank, isl, arg_max(event_idx, ov) AS event_idx, max(ov) AS ov
+          FROM gap_coll GROUP BY rank, isl)
+    GROUP BY ALL
 )
-SELECT l.rank, l.step_no, l.tid, l.event_idx, l.name, l.ts_ns - l.s0 AS rel_ns, l.dur_ns,
-       l.ts_ns - coalesce(lag(l.end_ns) OVER w, l.s0) AS gap_ns,
-       l.s1 - l.s0 AS step_ns, l.seqno, l.input_dims, l.layer, l.fwd_mb, l.bwd_mb,
-       l.in_optimizer, l.part, l.mod_layer,
-       CASE WHEN starts_with(l.name, 'autograd::') THEN f.fwd_event_idx END AS fwd_event_idx
-FROM labelled AS l
-LEFT JOIN fwd_seq AS f ON f.rank = l.rank AND f.step_no = l.step_no AND f.seqno = l.seqno
-WINDOW w AS (PARTITION BY l.rank, l.step_no ORDER BY l.ts_ns, l.event_idx)
-ORDER BY l.rank, l.step_no, l.ts_ns, l.event_idx;
+SELECT g.rank, g.step_no, g.tid, g.event_idx, g.name, g.ts_ns - g.s0 AS rel_ns, g.dur_ns,
+       g.gap_ns, coalesce(c.comm_wait_ns, 0) AS comm_wait_ns,
+       CASE WHEN o.grp IS NOT NULL THEN g.dur_ns ELSE 0 END AS comm_in_op_ns,
+       g.s1 - g.s0 AS step_ns, g.seqno, g.input_dims, g.layer, g.fwd_mb, g.bwd_mb,
+       g.in_optimizer, g.part, g.mod_layer,
+       CASE WHEN starts_with(g.name, 'autograd::') THEN f.fwd_event_idx END AS fwd_event_idx
+FROM gapped AS g
+LEFT JOIN fwd_seq AS f ON f.rank = g.rank AND f.step_no = g.step_no AND f.seqno = g.seqno
+LEFT JOIN waits AS c ON c.rank = g.rank AND c.event_idx = g.event_idx
+LEFT JOIN calls_coll AS o ON o.rank = g.rank AND o.tid = g.tid AND o.grp = g.grp
+ORDER BY g.rank, g.step_no, g.ts_ns, g.event_idx;
