@@ -393,7 +393,8 @@ def test_estimates_from_a_multi_rank_base(corpus_wh, base, single):
     re-create it: DDP's last-bucket wait (an idle gap on the training thread), a pipeline's
     receive waits, tensor parallelism's all-reduces inside autograd functions. Kept, they were
     counted twice: the base's own configuration came out +45 % (pp2, tp2) and the single-rank
-    run +48 % / +78 %."""
+    run +48 % / +78 %. And the template's compute is scaled to the steps less their own
+    communication (scaled with the rest, tp2's skewed all-reduces inflated its ops 1.5x)."""
     from lumos.estimate.estimator import Estimator
 
     est = Estimator.open(corpus_wh, base)
@@ -401,4 +402,4 @@ def test_estimates_from_a_multi_rank_base(corpus_wh, base, single):
     m_own = measured(CORPUS / base)["traced"]["step"]["median"]
     m_one = measured(CORPUS / "base")["traced"]["step"]["median"]
     assert abs(own - m_own) / m_own <= 0.10, (own, m_own)
-    assert abs(one - m_one) / m_one <= 0.25, (one, m_one)
+    assert abs(one - m_one) / m_one <= 0.10, (one, m_one)

@@ -567,13 +567,18 @@ def template_from_rows(
     )
     dur_f = np.median(dur, axis=0)
     gap_f = np.median(gap - wait, axis=0)
-    wait_f = np.median(wait, axis=0) + np.median(in_op, axis=0)
     end_f = float(max(np.median(ends), 0))
     # per-position medians sum to less than the median step (the noise is right-skewed): scale
-    # them so that the template's step (with its collective waits) is the median traced step,
-    # which estimates are judged on
-    total = dur_f.sum() + gap_f.sum() + wait_f.sum() + end_f
-    k = float(np.median(step_ns)) / total if total > 0 else 1.0
+    # them so that the template's step is the median traced step, which estimates are judged on;
+    # less each step's own communication, which is skewed far more (one all-reduce of a step
+    # waits 5 ms, the others 0.5): its per-position medians would leave the compute to fill it
+    comm = (in_op + wait).sum(axis=1)
+    target = float(np.median(step_ns))
+    if comm.any():
+        same_ns = np.array([int(by_step[s][0]["step_ns"]) for s in same])
+        target = float(np.median(same_ns - comm))
+    total = dur_f.sum() + gap_f.sum() + end_f
+    k = target / total if total > 0 else 1.0
     dur_m = np.rint(dur_f * k).astype(np.int64)
     gap_m = np.rint(gap_f * k).astype(np.int64)
     at = {int(r["event_idx"]): j for j, r in enumerate(ref)}
