@@ -212,6 +212,7 @@ class Estimator:
         qkv = (tpl.role == ROLE["gemm_qkv"]) & (tpl.bwd == 0)
         units = _units(tpl, qkv)
         self._separate_qkv = units > 0 and int(qkv.sum()) >= 3 * units
+        self._base_gemms = role_gemms(base, self._separate_qkv)
         self._gemm_base = self._gemm_roles()
         self.ops = ops or OpTimes.from_dict(None)
         self._attn_ops = self._attention_ops()
@@ -354,8 +355,7 @@ class Estimator:
         if not self.gemms.usable:
             return {}
         out = {}
-        shapes = role_gemms(self.base, self._separate_qkv)
-        for role, g in shapes.items():
+        for role, g in self._base_gemms.items():
             code = ROLE[role]
             m = self.tpl.role == code
             calls = _units(self.tpl, m & (self.tpl.bwd == 0))
@@ -378,17 +378,18 @@ class Estimator:
         out: dict[int, float] = {}
         beyond: list[str] = []
         shapes = role_gemms(cfg, self._separate_qkv)
-        base_shapes = role_gemms(self.base, self._separate_qkv)
         for code, (calls, var, base_call) in self._gemm_base.items():
-            g, b = shapes[ROLES[code]], base_shapes[ROLES[code]]
-            times = [self.gemms.time(s) for s in g.fwd + g.bwd]
-            new_call = sum(t for t, _ in times)
-            if len(b.fwd + b.bwd) == len(times):
+            g, g0 = shapes[ROLES[code]], self._base_gemms[ROLES[code]]
+            new, old = g.fwd + g.bwd, g0.fwd + g0.bwd
+            times = [self.gemms.time(s) for s in new]
+            if len(old) == len(new):
                 new_call = sum(
                     _within_flops(self.gemms.time(s0)[0], t, s0, s1)
-                    for s0, s1, (t, _) in zip(b.fwd + b.bwd, g.fwd + g.bwd, times, strict=True)
+                    for s0, s1, (t, _) in zip(old, new, times, strict=True)
                 )
-            beyond += [f"{s}" for s, (_, b) in zip(g.fwd + g.bwd, times, strict=True) if b]
+            else:
+                new_call = sum(t for t, _ in times)
+            beyond += [f"{s}" for s, (_, far) in zip(new, times, strict=True) if far]
             # the curve's ratio, applied to the traced multiplies' share of the variable time:
             # a fleet recorded on a faster or slower day shifts the curve, not the ratio
             share = min(calls * base_call, var) / var

@@ -326,16 +326,15 @@ def _kv_heads(
     # the model has neither a Q projection of its own (hidden -> width: at most the output
     # projection's calls there, which is hidden -> hidden without TP) nor a multi-head fused
     # one (3 x width): else an MLP's up projection of width + 2w reads as a fused QKV
-    near = lambda n, k: abs(n - k) <= 0.25 * k  # noqa: E731
     fused = set()
-    if out[width] <= 1.25 * calls and not near(out[3 * width], calls):
+    if out[width] <= 1.25 * calls and not _near(out[3 * width], calls):
         fused = {(n - width) // 2 for n in out if n > width and (n - width) % 2 == 0}
     for w in sorted(set(out) | fused):
         if w <= 0 or w >= width or w % d or (width // d) % (w // d):
             continue
-        if out[w] and near(out[w], 2 * calls):
+        if out[w] and _near(out[w], 2 * calls):
             how = f"K and V projections {hidden}→{w} ({out[w]} calls, 2 per attention call)"
-        elif w in fused and out[width + 2 * w] and near(out[width + 2 * w], calls):
+        elif w in fused and out[width + 2 * w] and _near(out[width + 2 * w], calls):
             how = f"fused QKV projection {hidden}→{width + 2 * w} ({out[width + 2 * w]} calls)"
         else:
             continue
@@ -343,6 +342,11 @@ def _kv_heads(
         return w
     f.set("kv_heads", att.local_heads * tp, 0.6, "no narrower K/V projection: multi-head attention")
     return width
+
+
+def _near(n: float, k: float) -> bool:
+    """A GEMM's call count within a quarter of the count one per attention call implies."""
+    return abs(n - k) <= 0.25 * k
 
 
 # A step whose GPUs are busy this share of it has GPU work that shape changes re-time.
