@@ -67,6 +67,9 @@ def test_sql_csv_and_table(dlrm_wh) -> None:
     res = lumos("sql", q, "--warehouse", str(wh), "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(res.stdout)))
     assert [int(r["rank"]) for r in rows] == list(range(8))
+    assert res.stdout.splitlines()[1] == f"{rows[0]['job']},0"  # no quotes a value does not need
+    odd = lumos("sql", "select 'a,b' as x, 'q\"t' as y", "--warehouse", str(wh), "--format", "csv")
+    assert list(csv.reader(io.StringIO(odd.stdout)))[1] == ["a,b", 'q"t']
     res = lumos("sql", q, "--warehouse", str(wh))
     assert res.returncode == 0 and "dlrm_8rank" in res.stdout
 

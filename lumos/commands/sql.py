@@ -52,13 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         _write_json(table, out)
     elif args.format == "csv":
-        import io
-
-        import pyarrow.csv as pacsv
-
-        buf = io.BytesIO()
-        pacsv.write_csv(table, buf)
-        out.write(buf.getvalue().decode("utf-8"))
+        _write_csv(table, out)
     else:
         import pandas as pd
 
@@ -101,3 +95,20 @@ def _write_json(table, out) -> None:
             out.write(("" if first else ",\n") + json.dumps(row, default=default))
             first = False
     out.write("]\n")
+
+
+def _write_csv(table, out) -> None:
+    """RFC 4180 with quotes only where a value needs them (pyarrow's writer quotes every string,
+    which shell tools such as `cut` and `while read` would have to strip); nulls are empty, lists
+    and structs JSON."""
+    import csv
+    import json
+
+    def cell(value):
+        return json.dumps(value, default=str) if isinstance(value, list | dict) else value
+
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(table.column_names)
+    for batch in table.to_batches():
+        cols = [c.to_pylist() for c in batch.columns]
+        writer.writerows([cell(v) for v in row] for row in zip(*cols, strict=True))
