@@ -16,6 +16,7 @@ EXPECTED = {
     "plain": dict(dtype_bytes=4, recompute="none"),
     "bf16": dict(dtype_bytes=2, recompute="none"),
     "full": dict(dtype_bytes=4, recompute="full"),
+    "reentrant": dict(dtype_bytes=4, recompute="full"),
     "selective": dict(dtype_bytes=4, recompute="selective"),
     "tanh_gelu": dict(dtype_bytes=4, recompute="none"),
     "conv1d": dict(dtype_bytes=4, recompute="none"),
@@ -74,7 +75,11 @@ def test_estimate_of_the_traced_configuration_is_the_traced_step(variants_wh, va
     measured = float(steps["m"][0])
     # but for the speed the other runs at its state say a new run has (its CPU work only)
     speed = e.working_set.run_speed
-    lo, hi = min(1.0, speed) - 0.02, max(1.0, speed) + 0.02
+    # a checkpointed step's replay of the forward is re-created from the forward's ops (the
+    # template holds none, so that targets may differ in `recompute`): within the difference
+    # between a replay and the forward it repeats
+    tol = 0.02 if EXPECTED[variant]["recompute"] == "none" else 0.05
+    lo, hi = min(1.0, speed) - tol, max(1.0, speed) + tol
     assert lo < pred / measured < hi, (pred, measured, speed)
     assert speed == 1.0 or any("new run's CPU work" in w for w in p.warnings), p.warnings
 

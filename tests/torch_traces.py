@@ -2,7 +2,8 @@
 `record_function` annotations, one `ProfilerStep#N` per iteration. Variants exercise what real
 trainers do and the ground-truth trainer does not: mixed precision (`torch.autocast`, which
 records every autocast op twice, nested) and activation checkpointing (the forward replayed
-inside the backward), of every block (`full`) or of the attention core only (`selective`), and
+inside the backward), of every block (`full`, and `reentrant` the older way) or of the
+attention core only (`selective`), and
 GPT-2's tanh GELU written out as element-wise ops (`tanh_gelu`: no op is named for it), and
 GPT-2's Conv1D layers (`conv1d`: addmm on an [in, out] weight, only the LM head a linear).
 
@@ -21,7 +22,20 @@ import pytest
 # the model every variant trains: what inference must recover
 # ffn is not 4 x hidden, so that inference must read it, not default to it
 TRUTH = dict(layers=3, hidden=48, heads=4, ffn=160, seq=16, micro_batch=2, vocab=96)
-VARIANTS = ("plain", "bf16", "full", "selective", "tanh_gelu", "conv1d", "math_attn", "gqa_full")
+VARIANTS = (
+    "plain",
+    "bf16",
+    "full",
+    "reentrant",
+    "selective",
+    "tanh_gelu",
+    "conv1d",
+    "math_attn",
+    "gqa_full",
+)
+# reentrant: every block checkpointed the older way (use_reentrant=True: HuggingFace's default,
+# Megatron's and DeepSpeed's CheckpointFunction), one autograd function per block around its
+# forward, whose backward replays it and runs the block's backward nested inside
 # gqa_full: grouped-query attention (Megatron's fused QKV projection, K and V for GQA_KV_HEADS
 # heads: 1, multi-query, so that the fused width 72 is not the vocabulary's 96) with every block
 # checkpointed
@@ -36,10 +50,13 @@ def require_torch() -> None:
         pytest.skip("torch is not installed (pip install -e '.[train]')")
 
 
-def record(variant: str, out: Path, steps: int = 4, record_shapes: bool = True) -> Path:
+def record(
+    variant: str, out: Path, steps: int = 4, record_shapes: bool = True, **dims: int
+) -> Path:
     """Train the model for `steps` profiled iterations (after one warm-up) and write the trace
     to `out` (a directory); returns the file. `record_shapes=False` records no input dims, as
-    the profiler's default does."""
+    the profiler's default does. `dims` override TRUTH's sizes (a larger model, whose ops
+    outweigh Python's per-op overhead)."""
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -50,8 +67,9 @@ def record(variant: str, out: Path, steps: int = 4, record_shapes: bool = True) 
         raise ValueError(f"unknown variant {variant!r} (one of {VARIANTS})")
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    h, nh, ffn, seq = TRUTH["hidden"], TRUTH["heads"], TRUTH["ffn"], TRUTH["seq"]
-    mb, vocab = TRUTH["micro_batch"], TRUTH["vocab"]
+    size = {**TRUTH, **dims}
+    h, nh, ffn, seq = size["hidden"], size["heads"], size["ffn"], size["seq"]
+    mb, vocab = size["micro_batch"], size["vocab"]
 
     def core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         # attention dropout (HuggingFace GPT-2 trains with it) sends the same call, at the same
@@ -106,17 +124,16 @@ def record(variant: str, out: Path, steps: int = 4, record_shapes: bool = True) 
         def __init__(self) -> None:
             super().__init__()
             self.wte, self.wpe = nn.Embedding(vocab, h), nn.Embedding(seq, h)
-            self.blocks = nn.ModuleList(Block() for _ in range(TRUTH["layers"]))
+            self.blocks = nn.ModuleList(Block() for _ in range(size["layers"]))
             self.ln_f, self.head = nn.LayerNorm(h), nn.Linear(h, vocab, bias=False)
 
         def forward(self, idx: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
             x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
             for blk in self.blocks:
-                x = (
-                    checkpoint(blk, x, use_reentrant=False)
-                    if variant in ("full", "gqa_full")
-                    else blk(x)
-                )
+                if variant in ("full", "gqa_full", "reentrant"):
+                    x = checkpoint(blk, x, use_reentrant=variant == "reentrant")
+                else:
+                    x = blk(x)
             logits = self.head(self.ln_f(x))
             return F.cross_entropy(logits.reshape(-1, vocab), tgt.reshape(-1))
 

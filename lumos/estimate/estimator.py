@@ -88,7 +88,7 @@ from lumos.estimate.working_set import WorkingSet
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 33
+CACHE_FORMAT = 34
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -457,6 +457,7 @@ class Estimator:
             pp_schedule=cfg.pp_schedule,
             tp=cfg.tp,
             dp=1 if cfg.dp == 1 else 2,
+            recompute=cfg.recompute,
             cpu_scale=self.cpu_scale(cfg),
             opt_scale=self.opt_scale(cfg),
         )
@@ -503,6 +504,14 @@ class Estimator:
             if law.borrowed and abs(f - 1.0) > 1e-3:
                 out += law.notes
         out += self.working_set.run_notes()
+        if cfg.recompute != self.base.recompute:
+            out.append(
+                f"recompute {self.base.recompute} -> {cfg.recompute}: the replay of each layer's "
+                "forward is modelled, not checkpointing's own bookkeeping (a Python hook per "
+                "saved tensor, the reentrant autograd call), which added another 10-25 % to the "
+                "step of small CPU models (tests/test_recompute.py): adding checkpointing is "
+                "under-predicted, removing it over-predicted"
+            )
         if cfg.layers > 4 * self.base.layers:
             out.append(f"layers {cfg.layers} more than 4x the base's {self.base.layers}")
         return out
@@ -630,8 +639,10 @@ def _memory(cfg: ModelConfig) -> MemoryEstimate:
 
 
 def _state(cfg: ModelConfig) -> tuple[float, float]:
-    """cfg's `fleet_slope.state_of`, its memory estimated once."""
-    return state_of(cfg, _memory(cfg).memory_bytes)
+    """cfg's `fleet_slope.state_of`, its memory estimated once (as `state_of` reads it: with the
+    activations kept)."""
+    kept = cfg.replace(recompute="none")
+    return state_of(kept, _memory(kept).memory_bytes)
 
 
 def ddp_buckets(grad_bytes: float) -> tuple[float, float]:

@@ -142,9 +142,13 @@ def fleet_sizes(
 
 def state_of(cfg: Any, memory_bytes: float | None = None) -> tuple[float, float]:
     """(per-rank training state bytes, one layer's activation bytes per micro-batch) of a
-    configuration: the sizes the fleet's op speeds and idle gaps are compared on."""
+    configuration: the sizes the fleet's op speeds and idle gaps are compared on. Both with the
+    activations kept (`memory_bytes` must be so): a checkpointed step's ops handle the same
+    tensors, it only replays them instead of keeping them."""
     from lumos.estimate.memory import estimate_memory, layer_activation_bytes
 
+    if getattr(cfg, "recompute", "none") != "none":
+        cfg, memory_bytes = cfg.replace(recompute="none"), None
     if memory_bytes is None:
         memory_bytes = estimate_memory(cfg).memory_bytes
     return float(memory_bytes), float(layer_activation_bytes(cfg))

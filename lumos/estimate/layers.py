@@ -555,8 +555,18 @@ def template_from_rows(
     dur = col("dur_ns")
     in_op = np.minimum(col("comm_in_op_ns"), dur)
     dur = dur - in_op
+    # so does activation checkpointing's replay of the forward inside a backward op: the
+    # template is the step without it, and the transforms replay the forward where the target
+    # recomputes (a base and a target may differ in `recompute`)
+    in_replay = np.minimum(col("recompute_ns"), dur)
+    dur = dur - in_replay
     gap = np.maximum(col("gap_ns"), 0)
     wait = np.minimum(col("comm_wait_ns"), gap)
+    # a reentrant checkpoint's replayed ops left the thread's ops: they sit in the gap before
+    # the backward op after them
+    gap_replay = np.minimum(col("recompute_gap_ns"), gap - wait)
+    gap = gap - gap_replay
+    replay = in_replay + gap_replay
     ends = np.array(
         [
             int(by_step[s][-1]["step_ns"])
@@ -572,7 +582,7 @@ def template_from_rows(
     # them so that the template's step is the median traced step, which estimates are judged on;
     # less each step's own communication, which is skewed far more (one all-reduce of a step
     # waits 5 ms, the others 0.5): its per-position medians would leave the compute to fill it
-    comm = (in_op + wait).sum(axis=1)
+    comm = (in_op + wait + replay).sum(axis=1)
     target = float(np.median(step_ns))
     if comm.any():
         same_ns = np.array([int(by_step[s][0]["step_ns"]) for s in same])

@@ -19,6 +19,9 @@ What each transform does to the graph (Lumos's edits, field-notes §1, plus TP):
   from stage s to s+1 as a `send` task on s (latency) and a `recv` task on s+1 that depends on
   the send and lasts the transfer; gradients flow back the same way.
 * **num_micro_batches**: micro-batch m reuses base micro-batch m mod M_base.
+* **recompute**: activation checkpointing replays a layer's forward (``full``) or its attention
+  core (``selective``) right before the layer's backward, on the backward's thread; the template
+  holds no replay (a checkpointed base's is taken out, `layers.py`), so either way works.
 * **tp**: GEMMs, attention and the ffn-sized token ops are re-timed for 1/tp of the work; an
   all-reduce of the activation (micro_batch·seq·hidden elements) follows the attention-out and the
   MLP-down GEMMs in every layer's forward, and the QKV and MLP-up GEMMs' backward (Megatron f/g).
@@ -42,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels.graph import ReplayGraph, csr_from_edges
+from lumos.estimate.config import RECOMPUTE
 from lumos.estimate.layers import BLOCK, ROLE, ROLES, Template
 from lumos.estimate.memory import stage_layers
 
@@ -63,6 +67,9 @@ class Structure:
     pp_schedule: str = "1f1b"
     tp: int = 1
     dp: int = 1
+    # activation checkpointing: "full" replays each layer's forward before its backward,
+    # "selective" only its attention core (Megatron's); the template holds neither
+    recompute: str = "none"
     cpu_scale: float = 1.0  # contention of the target's world vs the base's (scales CPU gaps)
     # per stage, the optimizer's parameter tensors vs the base's (scales the optimizer's gaps:
     # a for-loop optimizer's Python time between its per-tensor ops); empty: unchanged
@@ -148,6 +155,11 @@ class _Blocks:
         m = self.mbs[mb % len(self.mbs)] if mb >= 0 else -1
         ly = self.layers[layer % len(self.layers)] if layer >= 0 else -1
         return self._cache[(key, m, ly)]
+
+    def attention(self, mb: int, layer: int) -> np.ndarray:
+        """A layer's forward attention-core ops (what selective recomputation replays)."""
+        ids = self.get("f_layer", mb, layer)
+        return ids[self.tpl.role[ids] == ROLE["attn"]]
 
     def tp_split(self, key: str, mb: int, layer: int) -> tuple[list[np.ndarray], np.ndarray]:
         """A layer block cut after each GEMM a TP all-reduce follows (see `_layer_with_tp`):
@@ -270,6 +282,8 @@ def build(tpl: Template, s: Structure, *, blocks: _Blocks | None = None) -> Edit
         raise TransformError(f"layers {s.layers} fewer than pipeline stages {s.pp}")
     if s.pp_schedule not in SCHEDULES:
         raise TransformError(f"pp_schedule must be one of {SCHEDULES}, got {s.pp_schedule!r}")
+    if s.recompute not in RECOMPUTE:
+        raise TransformError(f"recompute must be one of {RECOMPUTE}, got {s.recompute!r}")
     b = blocks or _Blocks(tpl)
     counts = stage_layers(s.layers, s.pp)
     first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
@@ -301,6 +315,10 @@ def build(tpl: Template, s: Structure, *, blocks: _Blocks | None = None) -> Edit
                 if si == P - 1:
                     st.add_tpl(b.get("b_post", mb), 1, -1)
                 for j in reversed(range(first[si], first[si] + counts[si])):
+                    if s.recompute == "full":
+                        _layer_with_tp(st, b, "f_layer", mb, j, s.tp, P, 1)
+                    elif s.recompute == "selective":
+                        st.add_tpl(b.attention(mb, j), 1, -1)
                     _layer_with_tp(st, b, "b_layer", mb, j, s.tp, P, 1)
                     if s.dp > 1 and k == last_b and j == first[si] + counts[si] - 1:
                         st.add_comm(cls_dp_early(P, si))  # buckets but the last

@@ -26,13 +26,21 @@
 -- tensor-parallel autograd function around its all-reduce and wait), a collective op as much as
 -- a top-level `c10d::*` one: comm.py learns a synchronous all-reduce's cost from such ops'
 -- whole blocking, and the transforms re-create it.
+-- `recompute_ns`: activation checkpointing's replay of a layer's forward inside a backward function
+-- (torch.utils.checkpoint without reentrance runs it from the first saved tensor the backward
+-- unpacks): the span of the forward-only ops nested in a backward op, ops whose names no
+-- backward formula calls (linear, layer/RMS norm, attention, activations, dropout, embedding).
+-- layers.py takes it out of the template, and the transforms replay the forward again when the
+-- target configuration recomputes (`recompute`), so a base and a target may differ in it.
+-- `recompute_gap_ns`: the same for a reentrant checkpoint (`wraps` below), whose replayed ops
+-- are top-level ops of the backward: they are left out, and their span is in the next op's gap.
 -- Reads `job_events` (lumos_sql/catalog/job_events.sql), the job's own files: set it first.
 WITH steps AS (
     SELECT rank, tid, ts_ns AS s0, ts_ns + dur_ns AS s1, name AS step_name,
            row_number() OVER (PARTITION BY rank ORDER BY ts_ns) AS step_no
     FROM job_events
     WHERE job = $job AND cat = 'user_annotation' AND name LIKE 'ProfilerStep#%'
-), ops AS (
+), ops_all AS (
     SELECT e.rank, e.tid, e.event_idx, e.name, e.ts_ns, e.dur_ns, e.ts_ns + e.dur_ns AS end_ns,
            e.input_dims,
            try_cast(json_extract_string(e.args_json, '$."Sequence number"') AS BIGINT) AS seqno,
@@ -44,6 +52,18 @@ WITH steps AS (
           SELECT DISTINCT b.tid FROM job_events AS b
           WHERE b.job = $job AND b.rank = e.rank AND b.cat = 'cpu_op'
             AND starts_with(b.name, 'autograd::engine::evaluate_function')))
+), wraps AS (
+    -- reentrant activation checkpointing (torch.utils.checkpoint with use_reentrant=True, Megatron's
+    -- and DeepSpeed's CheckpointFunction): one autograd function runs a layer's forward inside it,
+    -- and its backward replays that forward and runs the layer's backward nested inside it. The
+    -- wrappers are left out, so the ops inside take their place at the top level.
+    SELECT rank, tid, step_no, event_idx, name, ts_ns, end_ns, seqno,
+           ends_with(name, 'Backward') AS bwd
+    FROM ops_all
+    WHERE regexp_matches(name, '(^|[.: ])CheckpointFunction(Backward)?$')
+), ops AS (
+    SELECT o.* FROM ops_all AS o
+    ANTI JOIN wraps AS w ON w.rank = o.rank AND w.event_idx = o.event_idx
 ), marked AS (
     SELECT *,
            coalesce(ts_ns >= max(end_ns) OVER (
@@ -58,6 +78,33 @@ WITH steps AS (
            first_value(event_idx) OVER top AS top_idx, first_value(name) OVER top AS top_name
     FROM grouped AS g
     WINDOW top AS (PARTITION BY rank, tid, grp ORDER BY ts_ns, event_idx)
+), replay AS (
+    -- the forward a reentrant checkpoint's backward replays: top-level ops inside its backward
+    -- wrapper that are not backward functions; they leave the template (`recompute_gap_ns`)
+    SELECT t.rank, t.tid, t.step_no, t.event_idx, t.name, t.ts_ns, t.end_ns, w.seqno AS wseq,
+           w.event_idx AS wrap_idx
+    FROM tops AS t
+    JOIN wraps AS w
+      ON w.rank = t.rank AND w.tid = t.tid AND w.bwd AND starts_with(w.name, 'autograd::')
+     AND t.ts_ns >= w.ts_ns AND t.end_ns <= w.end_ns
+    WHERE t.is_top AND NOT starts_with(t.name, 'autograd::')
+), replay_of AS (
+    -- each replayed op -> the forward op it repeats: the same wrapper (its forward and backward
+    -- share the autograd node's sequence number), the same name, the same occurrence
+    SELECT r.rank, r.event_idx AS replay_idx, f.event_idx AS fwd_idx
+    FROM (SELECT *, row_number() OVER (PARTITION BY rank, wrap_idx, name
+                                       ORDER BY ts_ns, event_idx) AS k
+          FROM replay) AS r
+    JOIN (SELECT t.rank, t.step_no, t.name, t.event_idx, w.seqno AS wseq,
+                 row_number() OVER (PARTITION BY t.rank, w.event_idx, t.name
+                                    ORDER BY t.ts_ns, t.event_idx) AS k
+          FROM tops AS t
+          JOIN wraps AS w
+            ON w.rank = t.rank AND w.tid = t.tid AND NOT w.bwd
+           AND t.ts_ns >= w.ts_ns AND t.end_ns <= w.end_ns
+          WHERE t.is_top) AS f
+      ON f.rank = r.rank AND f.step_no = r.step_no AND f.wseq = r.wseq AND f.name = r.name
+     AND f.k = r.k
 ), ann AS (
     SELECT e.rank, e.tid, e.name, e.ts_ns AS a0, e.ts_ns + e.dur_ns AS a1
     FROM job_events AS e
@@ -91,6 +138,7 @@ WITH steps AS (
     LEFT JOIN ann AS a
       ON a.rank = t.rank AND a.tid = t.tid AND a.a0 <= t.ts_ns AND a.a1 >= t.end_ns
     WHERE t.is_top
+      AND NOT EXISTS (SELECT 1 FROM replay AS r WHERE r.rank = t.rank AND r.event_idx = t.event_idx)
     GROUP BY ALL
 ), coll AS (
     -- collective work (gloo, NCCL, MPI) of each rank, merged into disjoint busy islands
@@ -110,8 +158,11 @@ WITH steps AS (
 ), fwd_seq AS (
     -- every forward op with a sequence number -> the top-level op holding the last one
     -- (ops nested in a backward function record their node's number too: not forward ops)
-    SELECT t.rank, t.step_no, t.seqno, arg_max(t.top_idx, t.ts_ns) AS fwd_event_idx
+    -- (a replayed op stands for the forward op it repeats)
+    SELECT t.rank, t.step_no, t.seqno,
+           arg_max(coalesce(m.fwd_idx, t.top_idx), t.ts_ns) AS fwd_event_idx
     FROM tops AS t
+    LEFT JOIN replay_of AS m ON m.rank = t.rank AND m.replay_idx = t.top_idx
     WHERE t.seqno IS NOT NULL AND t.seqno >= 0 AND NOT starts_with(t.top_name, 'autograd::')
     GROUP BY ALL
 ), gapped AS (
@@ -128,6 +179,23 @@ WITH steps AS (
     -- top-level ops that call a collective inside them (a tensor-parallel autograd function's
     -- forward or backward around c10d::allreduce_ and its wait)
     SELECT DISTINCT rank, tid, grp FROM tops WHERE NOT is_top AND starts_with(name, 'c10d::')
+), replays AS (
+    SELECT rank, tid, grp, max(end_ns) - min(ts_ns) AS recompute_ns
+    FROM tops
+    WHERE NOT is_top AND starts_with(top_name, 'autograd::engine::evaluate_function')
+      AND name IN ('aten::linear', 'aten::layer_norm', 'aten::rms_norm', 'aten::group_norm',
+                   'aten::scaled_dot_product_attention', 'aten::embedding', 'aten::gelu',
+                   'aten::silu', 'aten::relu', 'aten::dropout', 'aten::softmax')
+    GROUP BY ALL
+), replay_gaps AS (
+    -- the reentrant replay in the idle stretch before a kept op (it left the thread's ops)
+    SELECT g.rank, g.event_idx, max(r.end_ns) - min(r.ts_ns) AS recompute_gap_ns
+    FROM gapped AS g
+    JOIN replay AS r
+      ON r.rank = g.rank AND r.step_no = g.step_no AND r.ts_ns >= g.ts_ns - g.gap_ns
+     AND r.end_ns <= g.ts_ns
+    WHERE g.gap_ns > 0
+    GROUP BY ALL
 ), waits AS (
     -- a thread waits for a collective at most once: in the longest idle stretch it overlaps
     SELECT rank, event_idx, sum(ov) AS comm_wait_ns
@@ -138,6 +206,8 @@ WITH steps AS (
 SELECT g.rank, g.step_no, g.tid, g.event_idx, g.name, g.ts_ns - g.s0 AS rel_ns, g.dur_ns,
        g.gap_ns, coalesce(c.comm_wait_ns, 0) AS comm_wait_ns,
        CASE WHEN o.grp IS NOT NULL THEN g.dur_ns ELSE 0 END AS comm_in_op_ns,
+       coalesce(r.recompute_ns, 0) AS recompute_ns,
+       coalesce(rg.recompute_gap_ns, 0) AS recompute_gap_ns,
        g.s1 - g.s0 AS step_ns, g.seqno, g.input_dims, g.layer, g.fwd_mb, g.bwd_mb,
        g.in_optimizer, g.part, g.mod_layer,
        CASE WHEN starts_with(g.name, 'autograd::') THEN f.fwd_event_idx END AS fwd_event_idx
@@ -145,4 +215,6 @@ FROM gapped AS g
 LEFT JOIN fwd_seq AS f ON f.rank = g.rank AND f.step_no = g.step_no AND f.seqno = g.seqno
 LEFT JOIN waits AS c ON c.rank = g.rank AND c.event_idx = g.event_idx
 LEFT JOIN calls_coll AS o ON o.rank = g.rank AND o.tid = g.tid AND o.grp = g.grp
+LEFT JOIN replays AS r ON r.rank = g.rank AND r.tid = g.tid AND r.grp = g.grp
+LEFT JOIN replay_gaps AS rg ON rg.rank = g.rank AND rg.event_idx = g.event_idx
 ORDER BY g.rank, g.step_no, g.ts_ns, g.event_idx;
