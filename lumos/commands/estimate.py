@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from lumos.commands.options import add_warehouse
+from lumos.commands.options import add_host_cores, add_warehouse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_warehouse(p)
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
     p.add_argument("--base", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
+    add_host_cores(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--save", action="store_true", help="also write the row to `estimates`")
     p.set_defaults(func=_run)
@@ -42,7 +43,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         base = parse_overrides(args.base, "--base")
         keys, speed = split_speedups(args.set, "--set")
-        est = Estimator.open(args.warehouse, args.job, base, on_build=_say)
+        est = Estimator.open(
+            args.warehouse, args.job, base, on_build=_say, host_cores=args.host_cores
+        )
         target = est.target(keys, "--set")
         pred = est.explain(target, speed)
     except (ConfigError, TemplateError, TransformError, LookupError, FileNotFoundError) as exc:

@@ -12,3 +12,16 @@ def add_warehouse(p: argparse.ArgumentParser, **kw: Any) -> None:
     """`--warehouse DIR`; None when not given (lumos.api / warehouse.layout resolve the
     default)."""
     p.add_argument("--warehouse", default=None, metavar="DIR", help=WAREHOUSE_HELP, **kw)
+
+
+def add_host_cores(p: argparse.ArgumentParser) -> None:
+    """`--host-cores N`: the CPU cores the base's ranks shared (ranks beyond them time-share)."""
+    p.add_argument(
+        "--host-cores",
+        type=int,
+        default=None,
+        metavar="N",
+        help="CPU cores of the host the base ran on: target worlds beyond them time-share the "
+        "cores (default: what `lumos groundtruth` recorded in the trace, else the host prior's "
+        "when the warehouse has no multi-rank job, else unknown)",
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lumos.commands.options import add_warehouse
+from lumos.commands.options import add_host_cores, add_warehouse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--grid", required=True, help="grid file (YAML)")
     add_warehouse(p)
     p.add_argument("--base", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
+    add_host_cores(p)
     p.add_argument("--top", type=int, default=10, help="how many of the fastest to print")
     p.add_argument("--no-write", action="store_true", help="do not write the estimates table")
     p.set_defaults(func=_run)
@@ -39,7 +40,11 @@ def _run(args: argparse.Namespace) -> int:
     try:
         grid = load_grid(args.grid)
         est = Estimator.open(
-            args.warehouse, args.job, parse_overrides(args.base, "--base"), on_build=_say
+            args.warehouse,
+            args.job,
+            parse_overrides(args.base, "--base"),
+            on_build=_say,
+            host_cores=args.host_cores,
         )
         res = run_sweep(est, grid, args.job)
     except (GridError, ConfigError, TemplateError, TransformError, LookupError) as exc:

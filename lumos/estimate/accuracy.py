@@ -71,12 +71,14 @@ def corpus_accuracy(
         # being predicted
         held_out = [j.name] if j.name != base else []
         f = alone or FleetModel.learn(wh, base, exclude=held_out, states=states)
+        # the host's cores as the estimator resolved them (the trace's record, the prior's)
+        cores = est.contention.cores
         model = Estimator(
             est.tpl,
             est.base,
             f.comm,
             est.base_notes,
-            f.contention,
+            f.contention.with_cores(cores) if cores else f.contention,
             f.gemms,
             f.ops,
             f.working_set,

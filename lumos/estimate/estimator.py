@@ -88,7 +88,7 @@ from lumos.estimate.working_set import WorkingSet
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 34
+CACHE_FORMAT = 35
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -240,13 +240,17 @@ class Estimator:
         job: str,
         base_overrides: Mapping[str, Any] | None = None,
         on_build: Callable[[str], None] | None = None,
+        host_cores: int | None = None,
     ) -> Estimator:
         """The estimator of `job` in the warehouse at `root`. The template, the inferred base and
         what the fleet teaches are cached beside each other (`template_dir`), stamped with the
         manifest's parts: any ingest since (of this job or of others, which change the fleet)
         rebuilds them. Once cached, opening touches neither DuckDB nor the catalog (a single
         estimate stays well under a second). `on_build` is told, before the cache is built
-        (seconds on a large fleet), what is being learned."""
+        (seconds on a large fleet), what is being learned. `host_cores`: the CPU cores the
+        base's host gave its ranks (ranks beyond them time-share them, `fleet.Contention`); by
+        default what the trace's recorder wrote (`lumos groundtruth` does), else the host
+        prior's when the contention is the prior's, else unknown."""
         # as warehouse.layout.default_warehouse (not imported: it pulls in pyarrow)
         wh_root = Path(root or os.environ.get("LUMOS_WAREHOUSE") or "lumos_warehouse")
         wh_root = wh_root.expanduser().resolve()
@@ -289,6 +293,9 @@ class Estimator:
             base = base.replace(**dict(base_overrides))
         base.validate("base configuration")
         contention = Contention.from_dict(c["contention"])
+        cores = host_cores or int(cached.get("host_cores") or 0) or contention.cores
+        if cores:
+            contention = contention.with_cores(cores)
         gemms = GemmCurve.from_dict(c.get("gemms"))
         ops = OpTimes.from_dict(c.get("ops"))
         ws = WorkingSet.from_dict(c.get("working_set"))
@@ -725,7 +732,12 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
     folder = template_dir(wh.root, job)
     _write_json(
         folder / "base.json",
-        {"config": inf.config.to_dict(), "warnings": inf.warnings, "unread": inf.unread()},
+        {
+            "config": inf.config.to_dict(),
+            "warnings": inf.warnings,
+            "unread": inf.unread(),
+            "host_cores": inf.host_cores,
+        },
     )
     f = FleetModel.learn(wh, job)
     comm = f.comm

@@ -14,6 +14,13 @@ size is the median over its jobs; a target's CPU work is scaled by f(target worl
 world). World sizes the warehouse has not seen take the nearest smaller one's factor, with a
 warning; a warehouse without multi-rank jobs on the device gives 1 and says so.
 
+More ranks than the host has cores time-share them, which the ops' own durations barely show:
+on the 2-core corpus machine the world-4 jobs' ops ran 1.2-1.5x slower than single-rank (the
+factor learned from them), yet their steps took 2.1-6.2x the single-rank step. A rank is
+descheduled mostly while it blocks in a collective, so the time-sharing lands in the waits. The
+ranks' CPU work must still fit on the cores: the factor of a world is multiplied by the ranks
+per core, max(1, world / cores) (`cores`: the host's, when known; 0 leaves it out).
+
 Ranks that run in lock-step are slowed more. A tensor-parallel job blocks every rank on an
 all-reduce per linear, so both ranks always compute at once and each op after a collective reads
 what the other core just wrote: on the corpus machine the TP jobs' unsplit ops (layer norms,
@@ -29,6 +36,7 @@ jobs' factor and say so.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -55,6 +63,18 @@ class Contention:
     lockstep: Contention | None = None
     # the notes of the factors taken from a host prior (an estimate that uses them warns)
     borrowed: list[str] = field(default_factory=list)
+    # the host's CPU cores the ranks share (0: unknown): ranks beyond them time-share them
+    cores: int = 0
+
+    def with_cores(self, cores: int) -> Contention:
+        """This model on a host of `cores` cores (its lock-step model too)."""
+        ls = self.lockstep.with_cores(cores) if self.lockstep is not None else None
+        return dataclasses.replace(self, lockstep=ls, cores=max(int(cores), 0))
+
+    def _shared(self, world: int) -> float:
+        """Ranks per core when `world` ranks run on the host (1 when they fit or cores are
+        unknown)."""
+        return max(1.0, world / self.cores) if self.cores > 0 else 1.0
 
     def _for(self, lockstep: bool, world: int) -> Contention:
         """The model that speaks for a `world`-rank job of this kind (lock-step: its own when
@@ -90,25 +110,31 @@ class Contention:
             return 1.0, None
         c = self._for(lockstep, world)
         if c is not self:
-            return c.factor(world)
+            return c.with_cores(self.cores).factor(world)
         if lockstep and self.by_world:
             f, warn = self.factor(world)
             return f, (
                 f"no lock-step (tensor-parallel) job of world {world} or less on this device: "
                 "contention taken from the other multi-rank jobs" + (f"; {warn}" if warn else "")
             )
+        shared = self._shared(world)
+        timeshare = (
+            f"x{shared:.2f}: its {world} ranks time-share the host's {self.cores} cores"
+            if shared > 1
+            else ""
+        )
         if world in self.by_world:
-            return self.by_world[world], None
+            return self.by_world[world] * shared, timeshare or None
         below = [w for w in self.by_world if w < world]
         if not below:
-            return 1.0, (
+            return shared, (
                 f"no multi-rank job of world {world} or less on this device in the warehouse: "
-                "ranks sharing the device are assumed not to slow each other"
+                + (timeshare or "ranks sharing the device are assumed not to slow each other")
             )
         w = max(below)
-        return self.by_world[w], (
+        return self.by_world[w] * shared, (
             f"contention of world {world} taken from world {w} ({self.by_world[w]:.2f}x), the "
-            "largest the warehouse holds on this device"
+            "largest the warehouse holds on this device" + (f"; {timeshare}" if timeshare else "")
         )
 
     def scale(
@@ -126,12 +152,21 @@ class Contention:
     def with_prior(self, p: HostPrior) -> Contention:
         """This model, with the host prior's factors where the warehouse taught none (multi-rank
         jobs, lock-step jobs: each on its own)."""
-        out = Contention(dict(self.by_world), dict(self.jobs), [], dict(self.ratios), self.lockstep)
+        out = Contention(
+            dict(self.by_world),
+            dict(self.jobs),
+            [],
+            dict(self.ratios),
+            self.lockstep,
+            cores=self.cores,
+        )
         if not out.by_world:
             out.by_world, out.ratios = dict(p.contention), dict(p.contention_ratios)
             out.jobs = {w: [p.cite()] for w in p.contention}
             out.notes.append(_prior_note("", p.contention, p))
             out.borrowed.append(out.notes[-1])
+            # its worlds were measured on the prior's host: so are the cores they shared
+            out.cores = p.cores
         else:
             own = self.lockstep.notes if self.lockstep is not None else []
             out.notes += [n for n in self.notes if n not in own]
@@ -156,6 +191,7 @@ class Contention:
             "ratios": {str(k): v for k, v in self.ratios.items()},
             "lockstep": self.lockstep.to_dict() if self.lockstep is not None else None,
             "borrowed": self.borrowed,
+            "cores": self.cores,
         }
 
     @classmethod
@@ -169,6 +205,7 @@ class Contention:
             {int(k): [float(x) for x in v] for k, v in d.get("ratios", {}).items()},
             cls.from_dict(d["lockstep"]) if d.get("lockstep") else None,
             list(d.get("borrowed", [])),
+            int(d.get("cores", 0)),
         )
 
     @classmethod

@@ -81,6 +81,8 @@ class Inference:
     config: ModelConfig
     fields: dict[str, Evidence]
     warnings: list[str] = field(default_factory=list)
+    # the CPU cores of the host that recorded the trace, where its recorder wrote them (0: not)
+    host_cores: int = 0
 
     def unread(self, keys: tuple[str, ...] = REQUIRED) -> dict[str, str]:
         """Of `keys`, those the trace did not tell (left at their default), with the reason."""
@@ -941,4 +943,5 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
         cfg.validate(f"job {job}")
     except ConfigError as exc:
         warnings.append(f"inferred configuration is inconsistent: {exc}")
-    return Inference(job, cfg, {k: f.values[k] for k in KEYS}, warnings)
+    cores = max((int(r["host_cores"] or 0) for r in meta), default=0)
+    return Inference(job, cfg, {k: f.values[k] for k in KEYS}, warnings, cores)

@@ -58,6 +58,8 @@ class HostPrior:
     gamma_span: tuple[float, float] = (0.0, 0.0)
     # attention ops (op_fleet.OpTimes): per op name, the coefficients of `attention_terms`
     attention: dict[str, list[float]] = field(default_factory=dict)
+    # the CPU cores of the host the fleet ran on (fleet.Contention: more ranks time-share them)
+    cores: int = 0
 
     def cite(self) -> str:
         """How a note names the prior: the file, which says where it was learned."""
@@ -91,6 +93,7 @@ class HostPrior:
             float(d.get("gamma", 0.0)),
             _pair(d.get("gamma_span"), 0.0),
             {str(k): [float(x) for x in v] for k, v in d.get("attention", {}).items()},
+            int(d.get("cores", 0)),
         )
 
 
@@ -109,10 +112,11 @@ def load(kind: str) -> HostPrior | None:
         raise ValueError(f"{path}: not a host prior ({e})") from None
 
 
-def learn(wh: Any, job: str, source: str) -> HostPrior:
+def learn(wh: Any, job: str, source: str, cores: int = 0) -> HostPrior:
     """The laws `wh`'s fleet teaches around base `job` (nothing borrowed from any prior), as a
-    prior for warehouses that hold no such fleet. Raises ValueError naming every law the fleet
-    could not teach: a prior is only as complete as the fleet it came from."""
+    prior for warehouses that hold no such fleet; `cores`: the CPU cores of the host it ran on.
+    Raises ValueError naming every law the fleet could not teach: a prior is only as complete
+    as the fleet it came from."""
     from lumos.estimate.fleet_model import FleetModel, base_kind
     from lumos.estimate.fleet_slope import span_of
 
@@ -155,6 +159,7 @@ def learn(wh: Any, job: str, source: str) -> HostPrior:
         g.gamma,
         span_of(g.points),
         dict(f.ops.attn),
+        int(cores),
     )
 
 
@@ -164,7 +169,7 @@ def describe(p: HostPrior) -> list[str]:
         f"collectives: {p.alpha_ns / 1e3:.0f} us per ring step, {p.bw_bytes_per_ns:.2f} GB/s; "
         f"synchronous {p.sync_alpha_ns / 1e3:.0f} us per step; exposed bucket waits "
         f"{p.exposed_wait_ns / 1e3:.0f} us",
-        "contention: "
+        f"contention ({p.cores or 'unknown'} cores): "
         + ", ".join(f"world {w} {v:.2f}x" for w, v in sorted(p.contention.items()))
         + "; lock-step "
         + ", ".join(f"world {w} {v:.2f}x" for w, v in sorted(p.lockstep.items())),

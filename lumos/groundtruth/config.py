@@ -233,3 +233,14 @@ def default_grid() -> Grid:
         },
         "default grid",
     )
+
+
+def host_cores() -> int:
+    """The CPU cores this process may run on (its affinity; the machine's count where the OS
+    has no affinity call): recorded with every run, as ranks beyond them time-share them."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 0

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lumos.groundtruth.config import RunConfig, RunControl
+from lumos.groundtruth.config import RunConfig, RunControl, host_cores
 from lumos.groundtruth.merge import merge_cycles
 
 CYCLE_TRACE = "cycle-{cycle}/rank-{rank}.pt.trace.json.gz"
@@ -234,6 +234,7 @@ def _measured(
         "config": cfg.to_dict(),
         "control": control.to_dict(),
         "torch": results[0]["torch"],
+        "host_cores": host_cores(),
         "elapsed_s": round(elapsed, 3),
         "layout": {"name": layout, "trace": pattern},
         "traced": {

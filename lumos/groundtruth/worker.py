@@ -25,7 +25,7 @@ def main(spec_path: str, rank_text: str) -> int:
     import torch
     import torch.distributed as dist
 
-    from lumos.groundtruth.config import RunConfig, RunControl
+    from lumos.groundtruth.config import RunConfig, RunControl, host_cores
     from lumos.groundtruth.profile import run_rank
 
     torch.set_num_threads(int(threads))
@@ -56,7 +56,11 @@ def main(spec_path: str, rank_text: str) -> int:
             lambda cycle: Path(pattern.format(rank=rank, cycle=cycle)),
             lambda cycle: {
                 "job_name": spec["job_name"].format(cycle=cycle),
-                "lumos_groundtruth": {"config": cfg.to_dict(), "cycle": cycle},
+                "lumos_groundtruth": {
+                    "config": cfg.to_dict(),
+                    "cycle": cycle,
+                    "host_cores": host_cores(),
+                },
             },
         )
         dist.barrier()  # no rank leaves while a peer still needs its sends

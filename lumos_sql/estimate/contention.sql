@@ -11,13 +11,21 @@
 -- taken at (fleet.Contention removes the working set's part of the ratio with it).
 WITH jobs AS (
     SELECT job, device, world FROM fleet_jobs($job, $exclude)
+), steps AS (
+    SELECT s.job, s.rank, s.ts_ns AS s0, s.ts_ns + s.dur_ns AS s1
+    FROM events AS s
+    JOIN jobs AS j USING (job)
+    WHERE s.cat = 'user_annotation' AND s.name LIKE 'ProfilerStep#%' AND s.dur_ns > 0
 ), raw AS (
-    -- the key holds the dtypes too: the same shapes at another precision run other kernels
+    -- the key holds the dtypes too: the same shapes at another precision run other kernels;
+    -- the ops of traced steps only, each with its step (`s0`)
     SELECT e.job, e.rank, e.tid, e.event_idx, e.name, coalesce(e.input_dims, '') AS shape,
            concat(e.input_dims, ' ', e.input_types) AS dims,
-           e.ts_ns, e.ts_ns + e.dur_ns AS end_ns
+           e.ts_ns, e.ts_ns + e.dur_ns AS end_ns, st.s0
     FROM events AS e
     JOIN jobs AS j USING (job)
+    JOIN steps AS st ON st.job = e.job AND st.rank = e.rank AND e.ts_ns >= st.s0
+                    AND e.ts_ns < st.s1
     WHERE j.device = (SELECT device FROM fleet_jobs($job, $exclude) WHERE is_base)
       AND e.cat = 'cpu_op' AND e.ph = 'X'
 ), top AS (
@@ -28,9 +36,12 @@ WITH jobs AS (
     FROM raw
 ), slots AS (
     -- an op's slot runs to the next top-level op's start: its duration plus the Python and
-    -- dispatch time after it, which sharing the cores slows as much as the op itself
+    -- dispatch time after it, which sharing the cores slows as much as the op itself; within
+    -- its step (the last op's slot would hold the wait for the step's end: peers of a
+    -- pipeline, a barrier, the gap between profiler cycles)
     SELECT job, name, shape, dims,
-           lead(ts_ns) OVER (PARTITION BY job, rank, tid ORDER BY ts_ns, event_idx) - ts_ns AS slot
+           lead(ts_ns) OVER (PARTITION BY job, rank, tid, s0 ORDER BY ts_ns, event_idx)
+               - ts_ns AS slot
     FROM top WHERE is_top
 ), ops AS (
     SELECT job, name, dims, slot AS dur_ns FROM slots
