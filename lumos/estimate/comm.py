@@ -26,7 +26,7 @@ Without such samples the exposed bucket costs its transfer only (`exposed_notes`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -132,23 +132,32 @@ class CommModel:
     @classmethod
     def calibrate(cls, wh: Any, job: str, exclude: Sequence[str] = ()) -> CommModel:
         """Fit on the warehouse's all-reduces on the same kind of device (leaving out the jobs
-        in `exclude`), else the defaults."""
+        in `exclude`), else the defaults. A job of more ranks than its host's cores (where its
+        recorder wrote them, else the base's) ran its collectives time-shared: their times are
+        divided by its ranks per core, and an estimate multiplies them back for its target."""
         from lumos.estimate.fleet_sql import fleet_rows
 
-        (rows, sync_rows), why = fleet_rows(wh, ["comm_samples", "collective_waits"], job, exclude)
+        (rows, sync_rows, cores), why = fleet_rows(
+            wh, ["comm_samples", "collective_waits", "host_cores"], job, exclude
+        )
         if why == "no catalog":
             return cls.default()
+        per_core = _per_core(dict(cores), job)
         kind = "cpu"
-        samples = [(r[0], _elements(r[1]) * 4, r[2]) for r in rows if r[1] and r[2] and r[2] > 0]
+        samples = [
+            (r[0], _elements(r[1]) * 4, r[2] / per_core(r[4], r[0]))
+            for r in rows
+            if r[1] and r[2] and r[2] > 0
+        ]
         if rows:
             kind = rows[-1][3] or "cpu"
         model = cls._fit_samples(samples) if samples else None
         if model is None:
             model = cls.default("cpu" if kind == "cpu" else "gpu")
         waits = {"sync": [], "exposed": []}
-        for n, dims, t, _kind, sample, *_ in sync_rows:
+        for n, dims, t, _kind, sample, owner, *_ in sync_rows:
             if dims and t:
-                waits[sample].append((n, _elements(dims) * 4, t))
+                waits[sample].append((n, _elements(dims) * 4, t / per_core(owner, n)))
         model._attach_sync(waits["sync"])
         model._attach_exposed(waits["exposed"])
         model.lockstep_jobs = sorted({r[5] for r in sync_rows if r[4] == "sync"})
@@ -238,3 +247,14 @@ def _elements(dims_json: str) -> int:
     if not isinstance(dims, list) or not all(isinstance(d, int) for d in dims):
         return 0
     return int(np.prod(dims)) if dims else 0
+
+
+def _per_core(cores: dict[str, int], base: str) -> Callable[[str, int], float]:
+    """(job, world) -> ranks per core of that job (`fleet.ranks_per_core`): its host's cores
+    where recorded, else the base's."""
+    from lumos.estimate.fleet import ranks_per_core
+
+    def share(job: str, world: int) -> float:
+        return ranks_per_core(world, cores.get(job) or cores.get(base) or 0)
+
+    return share

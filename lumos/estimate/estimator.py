@@ -336,6 +336,8 @@ class Estimator:
             add[cls_dp_ar(pp, s)] = self.comm.exposed_allreduce_ns(last, cfg.dp)
         add[cls_recv(pp)] = self.comm.p2p_ns(tokens_bytes)
         add[cls_send(pp)] = self.comm.send_ns()
+        # collectives are CPU work of the ranks too: time-shared when they outnumber the cores
+        add *= self.contention.time_share(_world(cfg))
         sp = _speed_vector(speed, pp)
         # ranks sharing the device slow every CPU op (not the modelled collectives)
         cpu = np.ones(nc)

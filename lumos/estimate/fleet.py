@@ -19,7 +19,9 @@ on the 2-core corpus machine the world-4 jobs' ops ran 1.2-1.5x slower than sing
 factor learned from them), yet their steps took 2.1-6.2x the single-rank step. A rank is
 descheduled mostly while it blocks in a collective, so the time-sharing lands in the waits. The
 ranks' CPU work must still fit on the cores: the factor of a world is multiplied by the ranks
-per core, max(1, world / cores) (`cores`: the host's, when known; 0 leaves it out).
+per core, max(1, world / cores) (`cores`: the host's, when known; 0 leaves it out), and so are the
+modelled collectives' costs (gloo's ring steps, copies and reductions are CPU work of the
+ranks too, learned where each rank had a core).
 
 Ranks that run in lock-step are slowed more. A tensor-parallel job blocks every rank on an
 all-reduce per linear, so both ranks always compute at once and each op after a collective reads
@@ -46,6 +48,13 @@ import numpy as np
 if TYPE_CHECKING:
     from lumos.estimate.priors import HostPrior
 
+
+def ranks_per_core(world: int, cores: int) -> float:
+    """How many ranks share each core when `world` ranks run on `cores` cores (1 when they fit
+    or the cores are unknown: 0)."""
+    return max(1.0, world / cores) if cores > 0 else 1.0
+
+
 # A multi-rank job teaches contention only when most of its op time matched single-rank ops
 # (a TP job's sliced GEMMs match nothing; a job of other shapes matches little).
 MIN_MATCHED_SHARE = 0.5
@@ -71,10 +80,10 @@ class Contention:
         ls = self.lockstep.with_cores(cores) if self.lockstep is not None else None
         return dataclasses.replace(self, lockstep=ls, cores=max(int(cores), 0))
 
-    def _shared(self, world: int) -> float:
-        """Ranks per core when `world` ranks run on the host (1 when they fit or cores are
-        unknown)."""
-        return max(1.0, world / self.cores) if self.cores > 0 else 1.0
+    def time_share(self, world: int) -> float:
+        """`ranks_per_core` on this host: each rank's CPU work, its collectives' included, runs
+        that much longer."""
+        return ranks_per_core(world, self.cores)
 
     def _for(self, lockstep: bool, world: int) -> Contention:
         """The model that speaks for a `world`-rank job of this kind (lock-step: its own when
@@ -117,7 +126,7 @@ class Contention:
                 f"no lock-step (tensor-parallel) job of world {world} or less on this device: "
                 "contention taken from the other multi-rank jobs" + (f"; {warn}" if warn else "")
             )
-        shared = self._shared(world)
+        shared = self.time_share(world)
         timeshare = (
             f"x{shared:.2f}: its {world} ranks time-share the host's {self.cores} cores"
             if shared > 1

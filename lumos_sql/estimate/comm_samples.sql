@@ -5,7 +5,7 @@
 -- the fastest rank's duration is the one least inflated by waiting.
 -- Jobs named in $exclude are left out (accuracy checks predict a job without learning from it).
 -- Columns: group size (world size of the job), message elements (first input's dims), its
--- duration (ns), the device kind ('cpu' or 'gpu').
+-- duration (ns), the device kind ('cpu' or 'gpu'), the job.
 WITH dev AS (
     SELECT kind FROM fleet_jobs($job, $exclude) WHERE is_base
 ), jobs AS (
@@ -20,11 +20,11 @@ WITH dev AS (
            count(*) AS n_ranks
     FROM ar GROUP BY job, k
 )
-SELECT j.world AS group_size, p.input_dims, p.dur_ns, d.kind
+SELECT j.world AS group_size, p.input_dims, p.dur_ns, d.kind, p.job
 FROM per AS p
 JOIN jobs AS j USING (job)
 CROSS JOIN dev AS d
 WHERE j.kind = d.kind AND p.n_ranks = j.world AND j.world > 1
 UNION ALL
-SELECT NULL, NULL, NULL, d.kind FROM dev AS d
+SELECT NULL, NULL, NULL, d.kind, NULL FROM dev AS d
 ORDER BY 1 NULLS LAST;
