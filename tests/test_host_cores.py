@@ -138,3 +138,23 @@ def test_a_time_shared_fleet_job_teaches_its_per_core_costs(runs, tmp_path):
     pred = est.predict([est.base.replace(dp=4)])[0].predicted_ns
     measured = json.loads((runs / "dp4" / "measured.json").read_text())["traced"]["step"]["median"]
     assert abs(pred / measured - 1) < 0.25, (pred, measured)
+
+
+def test_the_cli_takes_the_hosts_cores_and_says_where_they_came_from(runs, tmp_path):
+    import contextlib
+
+    from lumos.cli import main
+    from warehouse.ingest import ingest
+
+    ingest([runs / "base"], warehouse=tmp_path / "wh", job="base")
+    args = ["estimate", "--job", "base", "--warehouse", str(tmp_path / "wh"), "--set", "dp=4"]
+    for extra, said in (
+        (["--host-cores", "3"], "x1.33: its 4 ranks time-share the host's 3 cores (given by"),
+        ([], f"its 4 ranks time-share the host's {_cores()} cores (as the trace's recorder"),
+    ):
+        out = tmp_path / "out.json"
+        with open(out, "w") as f, contextlib.redirect_stdout(f):
+            assert main([*args, *extra, "--json"]) == 0
+        warnings = json.loads(out.read_text())["warnings"]
+        if _cores() < 4 or extra:
+            assert any(said in w for w in warnings), warnings

@@ -72,13 +72,13 @@ def corpus_accuracy(
         held_out = [j.name] if j.name != base else []
         f = alone or FleetModel.learn(wh, base, exclude=held_out, states=states)
         # the host's cores as the estimator resolved them (the trace's record, the prior's)
-        cores = est.contention.cores
+        c = est.contention
         model = Estimator(
             est.tpl,
             est.base,
             f.comm,
             est.base_notes,
-            f.contention.with_cores(cores) if cores else f.contention,
+            f.contention.with_cores(c.cores, c.cores_source) if c.cores else f.contention,
             f.gemms,
             f.ops,
             f.working_set,

@@ -88,7 +88,7 @@ from lumos.estimate.working_set import WorkingSet
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 35
+CACHE_FORMAT = 37
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -293,9 +293,11 @@ class Estimator:
             base = base.replace(**dict(base_overrides))
         base.validate("base configuration")
         contention = Contention.from_dict(c["contention"])
-        cores = host_cores or int(cached.get("host_cores") or 0) or contention.cores
-        if cores:
-            contention = contention.with_cores(cores)
+        recorded = int(cached.get("host_cores") or 0)
+        if host_cores:
+            contention = contention.with_cores(host_cores, "given by --host-cores")
+        elif recorded:
+            contention = contention.with_cores(recorded, "as the trace's recorder wrote")
         gemms = GemmCurve.from_dict(c.get("gemms"))
         ops = OpTimes.from_dict(c.get("ops"))
         ws = WorkingSet.from_dict(c.get("working_set"))

@@ -72,13 +72,15 @@ class Contention:
     lockstep: Contention | None = None
     # the notes of the factors taken from a host prior (an estimate that uses them warns)
     borrowed: list[str] = field(default_factory=list)
-    # the host's CPU cores the ranks share (0: unknown): ranks beyond them time-share them
+    # the host's CPU cores the ranks share (0: unknown): ranks beyond them time-share them;
+    # and where that number came from (a warning names it)
     cores: int = 0
+    cores_source: str = ""
 
-    def with_cores(self, cores: int) -> Contention:
-        """This model on a host of `cores` cores (its lock-step model too)."""
-        ls = self.lockstep.with_cores(cores) if self.lockstep is not None else None
-        return dataclasses.replace(self, lockstep=ls, cores=max(int(cores), 0))
+    def with_cores(self, cores: int, source: str = "") -> Contention:
+        """This model on a host of `cores` cores, as `source` says (its lock-step model too)."""
+        ls = self.lockstep.with_cores(cores, source) if self.lockstep is not None else None
+        return dataclasses.replace(self, lockstep=ls, cores=max(int(cores), 0), cores_source=source)
 
     def time_share(self, world: int) -> float:
         """`ranks_per_core` on this host: each rank's CPU work, its collectives' included, runs
@@ -119,7 +121,7 @@ class Contention:
             return 1.0, None
         c = self._for(lockstep, world)
         if c is not self:
-            return c.with_cores(self.cores).factor(world)
+            return c.with_cores(self.cores, self.cores_source).factor(world)
         if lockstep and self.by_world:
             f, warn = self.factor(world)
             return f, (
@@ -127,8 +129,11 @@ class Contention:
                 "contention taken from the other multi-rank jobs" + (f"; {warn}" if warn else "")
             )
         shared = self.time_share(world)
+        hint = "" if self.cores_source.startswith("given") else "; --host-cores N for another host"
+        said = f" ({self.cores_source}{hint})"
         timeshare = (
             f"x{shared:.2f}: its {world} ranks time-share the host's {self.cores} cores"
+            + (said if self.cores_source else "")
             if shared > 1
             else ""
         )
@@ -168,6 +173,7 @@ class Contention:
             dict(self.ratios),
             self.lockstep,
             cores=self.cores,
+            cores_source=self.cores_source,
         )
         if not out.by_world:
             out.by_world, out.ratios = dict(p.contention), dict(p.contention_ratios)
@@ -175,7 +181,7 @@ class Contention:
             out.notes.append(_prior_note("", p.contention, p))
             out.borrowed.append(out.notes[-1])
             # its worlds were measured on the prior's host: so are the cores they shared
-            out.cores = p.cores
+            out.cores, out.cores_source = p.cores, f"those of {p.cite()}"
         else:
             own = self.lockstep.notes if self.lockstep is not None else []
             out.notes += [n for n in self.notes if n not in own]
@@ -201,6 +207,7 @@ class Contention:
             "lockstep": self.lockstep.to_dict() if self.lockstep is not None else None,
             "borrowed": self.borrowed,
             "cores": self.cores,
+            "cores_source": self.cores_source,
         }
 
     @classmethod
@@ -215,6 +222,7 @@ class Contention:
             cls.from_dict(d["lockstep"]) if d.get("lockstep") else None,
             list(d.get("borrowed", [])),
             int(d.get("cores", 0)),
+            str(d.get("cores_source", "")),
         )
 
     @classmethod
