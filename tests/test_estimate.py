@@ -66,6 +66,18 @@ def test_estimate_transforms_move_the_prediction_the_right_way(gt_warehouse, cap
     assert tp["breakdown"]["communication"] > 0 and tp["warnings"]
 
 
+def test_sharding_says_its_collectives_are_not_in_the_time(gt_warehouse, capsys):
+    """ZeRO / FSDP sharding is modelled as the memory it saves: its all-gathers and
+    reduce-scatters are not re-created (an FSDP2 job of 2 CPU ranks ran 1.9x the step predicted
+    for its own configuration), and every estimate that involves it says so."""
+    plain = _estimate(gt_warehouse, capsys, "dp=2")
+    sharded = _estimate(gt_warehouse, capsys, "dp=2", "zero_stage=3")
+    assert sharded["memory_bytes"] < plain["memory_bytes"]
+    said = [w for w in sharded["warnings"] if "zero_stage 0 -> 3" in w]
+    assert said and "not in the time" in said[0], sharded["warnings"]
+    assert not any("zero_stage" in w for w in plain["warnings"])
+
+
 def test_estimate_bad_keys_exit_2(gt_warehouse, capsys):
     assert (
         main(["estimate", "--warehouse", str(gt_warehouse), "--job", "base", "--set", "lay=2"]) == 2

@@ -515,6 +515,14 @@ class Estimator:
             if law.borrowed and abs(f - 1.0) > 1e-3:
                 out += law.notes
         out += self.working_set.run_notes()
+        if max(cfg.zero_stage, self.base.zero_stage) > 0:
+            out.append(
+                f"zero_stage {self.base.zero_stage} -> {cfg.zero_stage}: sharding (ZeRO, FSDP) "
+                "is modelled as the memory it saves (and the smaller working set); its "
+                "all-gathers and reduce-scatters, and the sharded base's own, are not in the "
+                "time (an FSDP2 job of 2 CPU ranks ran 1.9x the step predicted for its own "
+                "configuration)"
+            )
         if cfg.recompute != self.base.recompute:
             out.append(
                 f"recompute {self.base.recompute} -> {cfg.recompute}: the replay of each layer's "
