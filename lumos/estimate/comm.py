@@ -155,9 +155,12 @@ class CommModel:
         if model is None:
             model = cls.default("cpu" if kind == "cpu" else "gpu")
         waits = {"sync": [], "exposed": []}
-        for n, dims, t, _kind, sample, owner, *_ in sync_rows:
+        group = _tp_group(wh)
+        for world, dims, t, _kind, sample, owner, *_ in sync_rows:
             if dims and t:
-                waits[sample].append((n, _elements(dims) * 4, t / per_core(owner, n)))
+                # a synchronous all-reduce rings over its tensor-parallel group, not the world
+                n = group(owner, world) if sample == "sync" else world
+                waits[sample].append((n, _elements(dims) * 4, t / per_core(owner, world)))
         model._attach_sync(waits["sync"])
         model._attach_exposed(waits["exposed"])
         model.lockstep_jobs = sorted({r[5] for r in sync_rows if r[4] == "sync"})
@@ -258,3 +261,23 @@ def _per_core(cores: dict[str, int], base: str) -> Callable[[str, int], float]:
         return ranks_per_core(world, cores.get(job) or cores.get(base) or 0)
 
     return share
+
+
+def _tp_group(wh: Any) -> Callable[[str, int], int]:
+    """(job, world) -> the ranks a synchronous all-reduce of that job rings over: its inferred
+    tensor-parallel degree (gloo records no group size, and the DP × TP job's world is several
+    TP groups), else the world; memoised per job."""
+    from lumos.estimate.infer import infer_base
+
+    seen: dict[str, int] = {}
+
+    def group(job: str, world: int) -> int:
+        if job not in seen:
+            try:
+                tp = int(infer_base(wh, job).config.tp)
+            except (LookupError, ValueError):
+                tp = 0
+            seen[job] = tp if 1 < tp <= world else world
+        return seen[job]
+
+    return group
