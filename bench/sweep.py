@@ -46,6 +46,15 @@ def synthetic_template(layers: int, mbs: int):  # noqa: ANN201
         rows += [("b_pre", -1, m, "emb", 1)]
     rows += [("opt", -1, -1, "opt", 0)] * 20
     n = len(rows)
+    # an op name per role (the estimator reads names: per-name fixed costs, attention ops)
+    op = {"attn": "scaled_dot_product_attention", "tok_h": "add", "tok_f": "gelu",
+          "tok_v": "cross_entropy_loss", "emb": "embedding", "param_l": "add_",
+          "opt": "addcdiv_", "const": "view"}  # fmt: skip
+    names = [
+        (f"autograd::engine::evaluate_function: {op.get(r[3], 'linear')}Backward0" if r[4]
+         else f"aten::{op.get(r[3], 'linear')}")
+        for r in rows
+    ]  # fmt: skip
     return Template(
         job="synthetic",
         block=np.array([BLOCK[r[0]] for r in rows], np.int8),
@@ -57,6 +66,7 @@ def synthetic_template(layers: int, mbs: int):  # noqa: ANN201
         gap_ns=rng.integers(0, 20_000, n),
         end_gap_ns=10_000,
         step_ns=np.array([10**9, 11 * 10**8, 12 * 10**8], np.int64),
+        names=names,
     )
 
 
