@@ -657,10 +657,11 @@ def _memory(cfg: ModelConfig) -> MemoryEstimate:
     return estimate_memory(cfg)
 
 
+@functools.lru_cache(maxsize=8192)
 def _state(cfg: ModelConfig) -> tuple[float, float]:
-    """cfg's `fleet_slope.state_of`, its memory estimated once (as `state_of` reads it: with the
-    activations kept)."""
-    kept = cfg.replace(recompute="none")
+    """cfg's `fleet_slope.state_of`, once per configuration (a sweep reads it for the working
+    set and the gaps), its memory as `state_of` reads it: with the activations kept."""
+    kept = cfg if cfg.recompute == "none" else cfg.replace(recompute="none")
     return state_of(kept, _memory(kept).memory_bytes)
 
 
