@@ -140,13 +140,15 @@ def test_a_time_shared_fleet_job_teaches_its_per_core_costs(runs, tmp_path):
     assert abs(pred / measured - 1) < 0.25, (pred, measured)
 
 
-def test_the_cli_takes_the_hosts_cores_and_says_where_they_came_from(runs, tmp_path):
+def test_the_cli_takes_the_hosts_cores_and_says_where_they_came_from(runs, tmp_path, capsys):
     import contextlib
 
     from lumos.cli import main
     from warehouse.ingest import ingest
 
     ingest([runs / "base"], warehouse=tmp_path / "wh", job="base")
+    assert main(["describe", "--job", "base", "--warehouse", str(tmp_path / "wh")]) == 0
+    assert f"host: {_cores()} CPU cores, as the trace's recorder wrote" in capsys.readouterr().out
     args = ["estimate", "--job", "base", "--warehouse", str(tmp_path / "wh"), "--set", "dp=4"]
     for extra, said in (
         (["--host-cores", "3"], "x1.33: its 4 ranks time-share the host's 3 cores (given by"),

@@ -58,6 +58,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         out = inference.to_dict()
         out["memory"] = memory.to_dict() if memory else None
+        out["host_cores"] = inference.host_cores or None
         print(json.dumps(out, indent=2))
         return 0
     print(f"job {inference.job}" + ("" if inference.transformer else "  (not a transformer?)"))
@@ -72,6 +73,11 @@ def _run(args: argparse.Namespace) -> int:
             f"{_gib(peak.param_bytes)} + grads {_gib(peak.grad_bytes)} + optimizer "
             f"{_gib(peak.optimizer_bytes)} + activations {_gib(peak.activation_bytes)}; device "
             f"{_gib(memory.device_memory)}: {fits}"
+        )
+    if inference.host_cores:
+        print(
+            f"host: {inference.host_cores} CPU cores, as the trace's recorder wrote (more ranks "
+            "than that time-share them in estimates)"
         )
     for w in inference.warnings:
         print(f"warning: {w}")
