@@ -79,7 +79,9 @@ def sweep_grid_file(warehouse: Path, path: Path, write: bool = True) -> GridSwee
     job = job_of(path)
     try:
         grid = load_grid(path)
-        est = Estimator.open(warehouse, job)
+        est = Estimator.open(
+            warehouse, job, host_cores=grid.host_cores, host_cores_from="the grid file's host_cores"
+        )
         res = run_sweep(est, grid, job)
     except GridError as exc:  # already names the file
         raise SweepFileError(str(exc)) from None

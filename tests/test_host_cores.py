@@ -181,3 +181,28 @@ def test_a_dp_by_tp_job_teaches_the_latency_of_its_tp_groups(runs, tmp_path):
     measured = json.loads((runs / "dp2_tp2" / "measured.json").read_text())["traced"]["step"]
     # 1.13x here (0.74x with the world as the ring)
     assert 0.85 < pred / measured["median"] < 1.3, (pred, measured["median"])
+
+
+def test_a_grid_file_states_the_hosts_cores(runs, tmp_path, capsys):
+    """`host_cores:` in a grid file (the Dagster sweeps have no command line) is the cores the
+    sweep's estimates time-share; `--host-cores` wins over it."""
+    from lumos.api import Warehouse
+    from lumos.cli import main
+    from lumos.estimate.sweep import load_grid
+    from warehouse.ingest import ingest
+
+    ingest([runs / "base"], warehouse=tmp_path / "wh", job="base")
+    grid = tmp_path / "base.yaml"
+    grid.write_text("grid: {dp: [4]}\nhost_cores: 3\n")
+    assert load_grid(grid).host_cores == 3
+    args = ["sweep", "--job", "base", "--grid", str(grid), "--warehouse", str(tmp_path / "wh")]
+    assert main(args) == 0
+    assert main([*args, "--host-cores", "4"]) == 0
+    capsys.readouterr()
+    rows = Warehouse.open(tmp_path / "wh").sql(
+        "select warnings, predicted_ns from estimates order by created_at"
+    )
+    first, second = rows["warnings"][0], rows["warnings"][1]
+    assert "time-share the host's 3 cores (given by the grid file's host_cores)" in str(first)
+    assert "time-share" not in str(second)  # 4 ranks fit on 4 cores
+    assert rows["predicted_ns"][0] > rows["predicted_ns"][1]

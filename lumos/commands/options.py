@@ -22,6 +22,7 @@ def add_host_cores(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="CPU cores of the host the base ran on: target worlds beyond them time-share the "
-        "cores (default: what `lumos groundtruth` recorded in the trace, else the host prior's "
-        "when the warehouse has no multi-rank job, else unknown)",
+        "cores (default: a grid file's host_cores, else what `lumos groundtruth` recorded in "
+        "the trace, else the host prior's when the warehouse has no multi-rank job, else "
+        "unknown)",
     )

@@ -44,7 +44,8 @@ def _run(args: argparse.Namespace) -> int:
             args.job,
             parse_overrides(args.base, "--base"),
             on_build=_say,
-            host_cores=args.host_cores,
+            host_cores=args.host_cores or grid.host_cores,
+            host_cores_from="--host-cores" if args.host_cores else "the grid file's host_cores",
         )
         res = run_sweep(est, grid, args.job)
     except (GridError, ConfigError, TemplateError, TransformError, LookupError) as exc:

@@ -241,6 +241,7 @@ class Estimator:
         base_overrides: Mapping[str, Any] | None = None,
         on_build: Callable[[str], None] | None = None,
         host_cores: int | None = None,
+        host_cores_from: str = "--host-cores",
     ) -> Estimator:
         """The estimator of `job` in the warehouse at `root`. The template, the inferred base and
         what the fleet teaches are cached beside each other (`template_dir`), stamped with the
@@ -250,7 +251,8 @@ class Estimator:
         (seconds on a large fleet), what is being learned. `host_cores`: the CPU cores the
         base's host gave its ranks (ranks beyond them time-share them, `fleet.Contention`); by
         default what the trace's recorder wrote (`lumos groundtruth` does), else the host
-        prior's when the contention is the prior's, else unknown."""
+        prior's when the contention is the prior's, else unknown; `host_cores_from` names
+        who gave them (warnings quote it)."""
         # as warehouse.layout.default_warehouse (not imported: it pulls in pyarrow)
         wh_root = Path(root or os.environ.get("LUMOS_WAREHOUSE") or "lumos_warehouse")
         wh_root = wh_root.expanduser().resolve()
@@ -295,7 +297,7 @@ class Estimator:
         contention = Contention.from_dict(c["contention"])
         recorded = int(cached.get("host_cores") or 0)
         if host_cores:
-            contention = contention.with_cores(host_cores, "given by --host-cores")
+            contention = contention.with_cores(host_cores, f"given by {host_cores_from}")
         elif recorded:
             contention = contention.with_cores(recorded, "as the trace's recorder wrote")
         gemms = GemmCurve.from_dict(c.get("gemms"))

@@ -13,6 +13,8 @@ Grid file (YAML)::
     constraints:               # optional: expressions over the keys, all must hold
       - dp * pp * tp == 8
       - layers % pp == 0
+    host_cores: 64             # optional: the CPU cores the base's host gave its ranks (more
+                               # ranks time-share them; default: the trace's record, the prior)
 
 Constraints are parsed with `ast` and evaluated by a small interpreter that only knows numbers,
 strings, the grid's keys (and the base's), arithmetic (+ - * / // % **), comparisons, `and`,
@@ -159,6 +161,7 @@ class Grid:
     base_speedups: dict[str, float] = field(default_factory=dict)
     axes: dict[str, list[Any]] = field(default_factory=dict)
     constraints: list[Constraint] = field(default_factory=list)
+    host_cores: int | None = None  # `Estimator.open`'s: None when the file does not say
 
     @property
     def size(self) -> int:
@@ -202,10 +205,16 @@ def load_grid(path: str | Path) -> Grid:
         raise GridError(f"{where}: not valid YAML ({e})") from None
     if not isinstance(doc, dict):
         raise GridError(f"{where}: expected a mapping with base:, grid:, constraints:")
-    unknown = set(doc) - {"base", "grid", "constraints"}
+    sections = ("base", "grid", "constraints", "host_cores")
+    unknown = set(doc) - set(sections)
     if unknown:
-        raise GridError(f"{where}: unknown section(s) {sorted(unknown)} (base, grid, constraints)")
+        raise GridError(f"{where}: unknown section(s) {sorted(unknown)} ({', '.join(sections)})")
     grid = Grid(where)
+    cores = doc.get("host_cores")
+    if cores is not None:
+        if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+            raise GridError(f"{where}: host_cores: must be a positive whole number, got {cores!r}")
+        grid.host_cores = cores
     base = doc.get("base") or {}
     if not isinstance(base, dict):
         raise GridError(f"{where}: base: must be a mapping of key: value")
