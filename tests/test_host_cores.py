@@ -147,6 +147,11 @@ def test_the_cli_takes_the_hosts_cores_and_says_where_they_came_from(runs, tmp_p
     from warehouse.ingest import ingest
 
     ingest([runs / "base"], warehouse=tmp_path / "wh", job="base")
+    for bad in ("0", "-2", "two"):
+        with pytest.raises(SystemExit) as e:
+            main(["estimate", "--job", "base", "--set", "dp=4", "--host-cores", bad])
+        assert e.value.code == 2
+        assert "--host-cores: must be a positive whole number" in capsys.readouterr().err
     assert main(["describe", "--job", "base", "--warehouse", str(tmp_path / "wh")]) == 0
     assert f"host: {_cores()} CPU cores, as the trace's recorder wrote" in capsys.readouterr().out
     args = ["estimate", "--job", "base", "--warehouse", str(tmp_path / "wh"), "--set", "dp=4"]

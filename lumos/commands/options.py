@@ -18,7 +18,7 @@ def add_host_cores(p: argparse.ArgumentParser) -> None:
     """`--host-cores N`: the CPU cores the base's ranks shared (ranks beyond them time-share)."""
     p.add_argument(
         "--host-cores",
-        type=int,
+        type=_positive_int,
         default=None,
         metavar="N",
         help="CPU cores of the host the base ran on: target worlds beyond them time-share the "
@@ -26,3 +26,13 @@ def add_host_cores(p: argparse.ArgumentParser) -> None:
         "the trace, else the host prior's when the warehouse has no multi-rank job, else "
         "unknown)",
     )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return value
