@@ -39,9 +39,9 @@ import numpy as np
 from lumos.estimate.comm import CommModel
 from lumos.estimate.compress import CompressedGraph, compress
 from lumos.estimate.config import ConfigError, ModelConfig, parse_overrides
-from lumos.estimate.fleet import Contention
+from lumos.estimate.fleet import ANOTHER_HOST, Contention
 from lumos.estimate.fleet_model import FleetModel
-from lumos.estimate.fleet_slope import state_of
+from lumos.estimate.fleet_slope import activations_kept, state_of
 from lumos.estimate.gemm_fleet import GemmCurve, role_gemms
 from lumos.estimate.idle_gaps import IdleGaps
 from lumos.estimate.layers import (
@@ -299,7 +299,9 @@ class Estimator:
         if host_cores:
             contention = contention.with_cores(host_cores, f"given by {host_cores_from}")
         elif recorded:
-            contention = contention.with_cores(recorded, "as the trace's recorder wrote")
+            contention = contention.with_cores(
+                recorded, f"as the trace's recorder wrote; {ANOTHER_HOST}"
+            )
         gemms = GemmCurve.from_dict(c.get("gemms"))
         ops = OpTimes.from_dict(c.get("ops"))
         ws = WorkingSet.from_dict(c.get("working_set"))
@@ -663,7 +665,7 @@ def _memory(cfg: ModelConfig) -> MemoryEstimate:
 def _state(cfg: ModelConfig) -> tuple[float, float]:
     """cfg's `fleet_slope.state_of`, once per configuration (a sweep reads it for the working
     set and the gaps), its memory as `state_of` reads it: with the activations kept."""
-    kept = cfg if cfg.recompute == "none" else cfg.replace(recompute="none")
+    kept = activations_kept(cfg)
     return state_of(kept, _memory(kept).memory_bytes)
 
 

@@ -49,6 +49,10 @@ if TYPE_CHECKING:
     from lumos.estimate.priors import HostPrior
 
 
+# how a note about cores the user did not give says how to give them
+ANOTHER_HOST = "--host-cores N for another host"
+
+
 def ranks_per_core(world: int, cores: int) -> float:
     """How many ranks share each core when `world` ranks run on `cores` cores (1 when they fit
     or the cores are unknown: 0)."""
@@ -81,6 +85,13 @@ class Contention:
         """This model on a host of `cores` cores, as `source` says (its lock-step model too)."""
         ls = self.lockstep.with_cores(cores, source) if self.lockstep is not None else None
         return dataclasses.replace(self, lockstep=ls, cores=max(int(cores), 0), cores_source=source)
+
+    def _time_share_note(self, world: int, shared: float) -> str:
+        """What a time-shared world's factor owes to the cores, and where they came from."""
+        if shared <= 1:
+            return ""
+        source = f" ({self.cores_source})" if self.cores_source else ""
+        return f"x{shared:.2f}: its {world} ranks time-share the host's {self.cores} cores{source}"
 
     def time_share(self, world: int) -> float:
         """`ranks_per_core` on this host: each rank's CPU work, its collectives' included, runs
@@ -129,14 +140,7 @@ class Contention:
                 "contention taken from the other multi-rank jobs" + (f"; {warn}" if warn else "")
             )
         shared = self.time_share(world)
-        hint = "" if self.cores_source.startswith("given") else "; --host-cores N for another host"
-        said = f" ({self.cores_source}{hint})"
-        timeshare = (
-            f"x{shared:.2f}: its {world} ranks time-share the host's {self.cores} cores"
-            + (said if self.cores_source else "")
-            if shared > 1
-            else ""
-        )
+        timeshare = self._time_share_note(world, shared)
         if world in self.by_world:
             return self.by_world[world] * shared, timeshare or None
         below = [w for w in self.by_world if w < world]
@@ -181,7 +185,7 @@ class Contention:
             out.notes.append(_prior_note("", p.contention, p))
             out.borrowed.append(out.notes[-1])
             # its worlds were measured on the prior's host: so are the cores they shared
-            out.cores, out.cores_source = p.cores, f"those of {p.cite()}"
+            out.cores, out.cores_source = p.cores, f"those of {p.cite()}; {ANOTHER_HOST}"
         else:
             own = self.lockstep.notes if self.lockstep is not None else []
             out.notes += [n for n in self.notes if n not in own]

@@ -140,6 +140,12 @@ def fleet_sizes(
     return rows, sizes, None
 
 
+def activations_kept(cfg: Any) -> Any:
+    """cfg without activation checkpointing (itself when it has none): the configuration whose
+    state `state_of` reads, as a checkpointed step's ops handle the same tensors."""
+    return cfg if getattr(cfg, "recompute", "none") == "none" else cfg.replace(recompute="none")
+
+
 def state_of(cfg: Any, memory_bytes: float | None = None) -> tuple[float, float]:
     """(per-rank training state bytes, one layer's activation bytes per micro-batch) of a
     configuration: the sizes the fleet's op speeds and idle gaps are compared on. Both with the
@@ -147,8 +153,9 @@ def state_of(cfg: Any, memory_bytes: float | None = None) -> tuple[float, float]
     tensors, it only replays them instead of keeping them."""
     from lumos.estimate.memory import estimate_memory, layer_activation_bytes
 
-    if getattr(cfg, "recompute", "none") != "none":
-        cfg, memory_bytes = cfg.replace(recompute="none"), None
+    kept = activations_kept(cfg)
+    if kept is not cfg:
+        cfg, memory_bytes = kept, None
     if memory_bytes is None:
         memory_bytes = estimate_memory(cfg).memory_bytes
     return float(memory_bytes), float(layer_activation_bytes(cfg))

@@ -78,7 +78,7 @@ WITH steps AS (
            first_value(event_idx) OVER top AS top_idx, first_value(name) OVER top AS top_name
     FROM grouped AS g
     WINDOW top AS (PARTITION BY rank, tid, grp ORDER BY ts_ns, event_idx)
-), replay AS (
+), reentrant_replay AS (
     -- the forward a reentrant checkpoint's backward replays: top-level ops inside its backward
     -- wrapper that are not backward functions; they leave the template (`recompute_gap_ns`)
     SELECT t.rank, t.tid, t.step_no, t.event_idx, t.name, t.ts_ns, t.end_ns, w.seqno AS wseq,
@@ -94,7 +94,7 @@ WITH steps AS (
     SELECT r.rank, r.event_idx AS replay_idx, f.event_idx AS fwd_idx
     FROM (SELECT *, row_number() OVER (PARTITION BY rank, wrap_idx, name
                                        ORDER BY ts_ns, event_idx) AS k
-          FROM replay) AS r
+          FROM reentrant_replay) AS r
     JOIN (SELECT t.rank, t.step_no, t.name, t.event_idx, w.seqno AS wseq,
                  row_number() OVER (PARTITION BY t.rank, w.event_idx, t.name
                                     ORDER BY t.ts_ns, t.event_idx) AS k
@@ -138,7 +138,8 @@ WITH steps AS (
     LEFT JOIN ann AS a
       ON a.rank = t.rank AND a.tid = t.tid AND a.a0 <= t.ts_ns AND a.a1 >= t.end_ns
     WHERE t.is_top
-      AND NOT EXISTS (SELECT 1 FROM replay AS r WHERE r.rank = t.rank AND r.event_idx = t.event_idx)
+      AND NOT EXISTS (SELECT 1 FROM reentrant_replay AS r
+                      WHERE r.rank = t.rank AND r.event_idx = t.event_idx)
     GROUP BY ALL
 ), coll AS (
     -- collective work (gloo, NCCL, MPI) of each rank, merged into disjoint busy islands
@@ -179,7 +180,7 @@ WITH steps AS (
     -- top-level ops that call a collective inside them (a tensor-parallel autograd function's
     -- forward or backward around c10d::allreduce_ and its wait)
     SELECT DISTINCT rank, tid, grp FROM tops WHERE NOT is_top AND starts_with(name, 'c10d::')
-), replays AS (
+), nested_replay AS (
     SELECT rank, tid, grp, max(end_ns) - min(ts_ns) AS recompute_ns
     FROM tops
     WHERE NOT is_top AND starts_with(top_name, 'autograd::engine::evaluate_function')
@@ -191,7 +192,7 @@ WITH steps AS (
     -- the reentrant replay in the idle stretch before a kept op (it left the thread's ops)
     SELECT g.rank, g.event_idx, max(r.end_ns) - min(r.ts_ns) AS recompute_gap_ns
     FROM gapped AS g
-    JOIN replay AS r
+    JOIN reentrant_replay AS r
       ON r.rank = g.rank AND r.step_no = g.step_no AND r.ts_ns >= g.ts_ns - g.gap_ns
      AND r.end_ns <= g.ts_ns
     WHERE g.gap_ns > 0
@@ -215,6 +216,6 @@ FROM gapped AS g
 LEFT JOIN fwd_seq AS f ON f.rank = g.rank AND f.step_no = g.step_no AND f.seqno = g.seqno
 LEFT JOIN waits AS c ON c.rank = g.rank AND c.event_idx = g.event_idx
 LEFT JOIN calls_coll AS o ON o.rank = g.rank AND o.tid = g.tid AND o.grp = g.grp
-LEFT JOIN replays AS r ON r.rank = g.rank AND r.tid = g.tid AND r.grp = g.grp
+LEFT JOIN nested_replay AS r ON r.rank = g.rank AND r.tid = g.tid AND r.grp = g.grp
 LEFT JOIN replay_gaps AS rg ON rg.rank = g.rank AND rg.event_idx = g.event_idx
 ORDER BY g.rank, g.step_no, g.ts_ns, g.event_idx;
