@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 PP_SCHEDULES = ("1f1b", "gpipe")
+# how tensor parallelism is written: by hand, Megatron style (`parallel/tp.py`), or with
+# PyTorch's own DTensor `parallelize_module` (`parallel/dtensor.py`)
+TP_IMPLS = ("megatron", "dtensor")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -51,6 +54,7 @@ class RunConfig:
     pp: int = 1
     tp: int = 1
     pp_schedule: str = "1f1b"
+    tp_impl: str = "megatron"
     seed: int = 0
 
     @property
@@ -74,6 +78,8 @@ class RunConfig:
             raise ConfigError(f"{where}: name {self.name!r} is not a safe directory name")
         if self.pp_schedule not in PP_SCHEDULES:
             raise ConfigError(f"{where}: pp_schedule must be one of {PP_SCHEDULES}")
+        if self.tp_impl not in TP_IMPLS:
+            raise ConfigError(f"{where}: tp_impl must be one of {TP_IMPLS}")
         checks = [
             (self.hidden % self.heads == 0, "hidden must be a multiple of heads"),
             (self.heads % self.tp == 0, "heads must be a multiple of tp"),
@@ -89,6 +95,10 @@ class RunConfig:
                 self.pp == 1 or (self.dp == 1 and self.tp == 1),
                 "pp > 1 with dp or tp > 1 is not supported",
             ),
+            (
+                self.tp_impl == "megatron" or self.dp == 1,
+                "tp_impl dtensor with dp > 1 is not supported",
+            ),
         ]
         for ok, problem in checks:
             if not ok:
@@ -101,6 +111,7 @@ class RunConfig:
             f"seq={self.seq} micro_batch={self.micro_batch} "
             f"num_micro_batches={self.num_micro_batches} vocab={self.vocab} dp={self.dp} "
             f"pp={self.pp} tp={self.tp} pp_schedule={self.pp_schedule}"
+            + (f" tp_impl={self.tp_impl}" if self.tp_impl != "megatron" else "")
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The training step when every rank runs all layers: one rank, data parallel (DDP over gloo) and
-tensor parallel (slices from `tp.py`), alone or combined as dp × tp.
+tensor parallel (slices from `tp.py`, or DTensor's `parallelize_module`: `dtensor.py`), alone or
+combined as dp × tp.
 
 Ranks are laid out TP-innermost: rank = dp_index × tp + tp_index. Micro-batches are gradient
 accumulation steps; DDP's gradient all-reduce runs only in the last one (`no_sync` before), as a
@@ -38,7 +39,12 @@ class DataParallelTrainer:
         self.dp_rank, tp_rank = divmod(rank, cfg.tp)
         tp_group = _my_group(tp_groups(world_size, cfg.tp), rank) if cfg.tp > 1 else None
         dp_group = _my_group(dp_groups(world_size, cfg.tp), rank) if cfg.dp > 1 else None
-        model = build(cfg, TPContext(cfg.tp, tp_rank, tp_group))
+        if cfg.tp > 1 and cfg.tp_impl == "dtensor":
+            from lumos.groundtruth.parallel.dtensor import build_dtensor
+
+            model = build_dtensor(cfg, world_size)
+        else:
+            model = build(cfg, TPContext(cfg.tp, tp_rank, tp_group))
         if cfg.dp > 1:
             model = DistributedDataParallel(model, process_group=dp_group)
         self.model = model
