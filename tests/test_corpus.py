@@ -336,7 +336,10 @@ def test_separate_projections_are_one_gemm_unit(corpus_wh):
     first = np.r_[True, idx[1:] != idx[:-1]]  # the first piece keeps the op's idle gap
     split = replace(
         tpl,
-        **{k: getattr(tpl, k)[idx] for k in ("block", "layer", "mb", "role", "bwd", "elems")},
+        **{
+            k: getattr(tpl, k)[idx]
+            for k in ("block", "layer", "mb", "role", "bwd", "elems", "subclass_ns")
+        },
         dur_ns=(tpl.dur_ns // reps)[idx],
         gap_ns=np.where(first, tpl.gap_ns[idx], 0),
         names=[tpl.names[i] for i in idx],

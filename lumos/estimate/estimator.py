@@ -24,6 +24,7 @@ roles of `lumos.estimate.layers.ROLES`, the families ``gemm`` (all GEMMs), ``tok
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -88,7 +89,7 @@ from lumos.estimate.working_set import WorkingSet
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 37
+CACHE_FORMAT = 41
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -195,7 +196,13 @@ class Estimator:
                 *base_notes,
                 f"base job has pp={base.pp}: the template is rank {tpl.rank}'s stage only",
             ]
+        # a tensor subclass's dispatch (DTensor's TP) is per call: the ops' shape laws are fitted
+        # on the rest, and it is added back, unscaled by shapes, where the target has TP ranks
         self.tpl = tpl
+        self.subclass = np.minimum(tpl.subclass_ns, tpl.dur_ns).astype(np.int64)
+        if self.subclass.any():
+            tpl = dataclasses.replace(tpl, dur_ns=tpl.dur_ns - self.subclass)
+        self._plain = tpl  # the ops without the subclass's dispatch
         self.base = base
         self.comm = comm
         self.contention = contention or Contention(notes=["contention not modelled"])
@@ -359,6 +366,11 @@ class Estimator:
         gap = self._gap_scale(cfg)[0] - 1.0
         return mult * sp * cpu, add * sp, sp * cpu * calls, ratio, beyond, gap
 
+    def _fixed(self, s: Structure) -> np.ndarray:
+        """The ops' per-call parts in structure s: with a tensor subclass's dispatch where s has
+        TP ranks (a trainer runs plain tensors without a TP group)."""
+        return self.fixed + self.subclass if s.tp > 1 else self.fixed
+
     def _gemm_roles(self) -> dict[int, tuple[int, float, float]]:
         """Per GEMM role the fleet's curve can re-time: (its units, variable ns, the curve's ns
         for one unit's multiplies, forward and backward) in the template. A unit is the role in
@@ -378,7 +390,7 @@ class Estimator:
             if calls == 0 or var <= 0:
                 continue
             per_call = sum(self.gemms.time(s)[0] for s in g.fwd + g.bwd)
-            if per_call * calls > 1.25 * float(self.tpl.dur_ns[m].sum()):
+            if per_call * calls > 1.25 * float(self._plain.dur_ns[m].sum()):
                 continue
             out[code] = (calls, var, per_call)
         return out
@@ -424,7 +436,7 @@ class Estimator:
         traced: dict[str, float] = {}
         for i in idx:
             name = self.tpl.names[i]
-            traced[name] = traced.get(name, 0.0) + float(self.tpl.dur_ns[i])
+            traced[name] = traced.get(name, 0.0) + float(self._plain.dur_ns[i])
         if not all(self.ops.has_attention(n) for n in traced):
             return None
         shape = _attention_shape(self.base)
@@ -535,6 +547,17 @@ class Estimator:
                 "step of small CPU models (tests/test_recompute.py): adding checkpointing is "
                 "under-predicted, removing it over-predicted"
             )
+        if self.subclass.any():
+            share = float(self.subclass.sum()) / max(float(np.median(self.tpl.step_ns)), 1.0)
+            kept = (
+                "kept per call"
+                if cfg.tp > 1
+                else "left out: without a TP group the trainer runs plain tensors"
+            )
+            out.append(
+                f"the base's ops run on DTensors (a tensor subclass: {100 * share:.0f} % of its "
+                f"step is their Python dispatch): at tp={cfg.tp} that dispatch is {kept}"
+            )
         if cfg.layers > 4 * self.base.layers:
             out.append(f"layers {cfg.layers} more than 4x the base's {self.base.layers}")
         return out
@@ -585,10 +608,11 @@ class Estimator:
                 add = np.stack([c[1] for c in co])
                 fs = np.stack([c[2] for c in co])
                 gs = np.array([c[5] for c in co])
+                fixed = self._fixed(s)
                 if merge:
-                    dur = eg.durations(self.fixed, self.var, mult, add, fs, gs)
+                    dur = eg.durations(fixed, self.var, mult, add, fs, gs)
                 else:
-                    dur = durations(eg, self.fixed, self.var, mult, add, fs, gs)
+                    dur = durations(eg, fixed, self.var, mult, add, fs, gs)
                 makespan[part] = replay_sweep(eg.graph, dur, parallel=parallel)
                 for i, c in zip(part, co, strict=True):
                     ratios[i], beyond[i] = c[3], c[4]
@@ -617,7 +641,7 @@ class Estimator:
         eg = self.graph(s)
         mult, add, fs, ratio, beyond, gap = self._coeffs(cfg, speedup or {})
         gs = np.array([gap])
-        dur = durations(eg, self.fixed, self.var, mult[None], add[None], fs[None], gs)[0]
+        dur = durations(eg, self._fixed(s), self.var, mult[None], add[None], fs[None], gs)[0]
         _, end = chain_replay(eg.graph, dur)
         pred = int(end.max()) if end.size else 0
         stage_end = np.array([end[eg.stage == st].max() for st in range(s.pp)], dtype=np.int64)

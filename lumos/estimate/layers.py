@@ -111,6 +111,8 @@ class Template:
     the last op to the step's end. ``step_ns`` the job's traced step durations (for the interval).
     ``elems`` the element count of the op's largest input tensor (0 when the trace recorded no
     shapes): an optimizer op's parameter size, from which its per-call cost is fitted.
+    ``subclass_ns`` the part of ``dur_ns`` that is a tensor subclass's dispatch (DTensor's tensor
+    parallelism: ``template_tasks.sql``), per call whatever the shapes.
     """
 
     job: str
@@ -126,10 +128,13 @@ class Template:
     names: list[str] = field(default_factory=list)
     rank: int = 0
     elems: np.ndarray | None = None
+    subclass_ns: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.elems is None:
             self.elems = np.zeros(self.dur_ns.shape[0], np.int64)
+        if self.subclass_ns is None:
+            self.subclass_ns = np.zeros(self.dur_ns.shape[0], np.int64)
 
     @property
     def n(self) -> int:
@@ -149,6 +154,7 @@ class Template:
             gap_ns=self.gap_ns,
             step_ns=self.step_ns,
             elems=self.elems,
+            subclass_ns=self.subclass_ns,
             meta=np.array(
                 json.dumps(
                     {
@@ -180,6 +186,7 @@ class Template:
                 names=meta["names"],
                 rank=int(meta["rank"]),
                 elems=z["elems"],
+                subclass_ns=z["subclass_ns"],
             )
 
 
@@ -560,6 +567,8 @@ def template_from_rows(
     # recomputes (a base and a target may differ in `recompute`)
     in_replay = np.minimum(col("recompute_ns"), dur)
     dur = dur - in_replay
+    # a tensor subclass's dispatch (DTensor) stays in the op; the estimator keeps it apart
+    sub = np.minimum(col("subclass_ns"), dur)
     gap = np.maximum(col("gap_ns"), 0)
     wait = np.minimum(col("comm_wait_ns"), gap)
     # a reentrant checkpoint's replayed ops left the thread's ops: they sit in the gap before
@@ -577,6 +586,11 @@ def template_from_rows(
     )
     dur_f = np.median(dur, axis=0)
     gap_f = np.median(gap - wait, axis=0)
+    # the Python before an op on a tensor subclass is the subclass's too (DTensor's module hooks
+    # turn inputs into DTensors and back): it moves into the op's dispatch part
+    sub_f = np.median(sub, axis=0)
+    move = np.where(sub_f > 0, gap_f, 0.0)
+    dur_f, gap_f, sub_f = dur_f + move, gap_f - move, sub_f + move
     end_f = float(max(np.median(ends), 0))
     # per-position medians sum to less than the median step (the noise is right-skewed): scale
     # them so that the template's step is the median traced step, which estimates are judged on;
@@ -590,6 +604,7 @@ def template_from_rows(
     total = dur_f.sum() + gap_f.sum() + end_f
     k = target / total if total > 0 else 1.0
     dur_m = np.rint(dur_f * k).astype(np.int64)
+    sub_m = np.minimum(np.rint(sub_f * k).astype(np.int64), dur_m)
     gap_m = np.rint(gap_f * k).astype(np.int64)
     at = {int(r["event_idx"]): j for j, r in enumerate(ref)}
     # dropped collectives' time is not idle time: their slot is removed from the thread, so the
@@ -608,6 +623,7 @@ def template_from_rows(
         names=[ref[i]["name"] for i in idx],
         rank=int(ref[0]["rank"]),
         elems=np.array([_elems(ref, i, at) for i in idx], np.int64),
+        subclass_ns=sub_m[idx],
     )
 
 

@@ -3,7 +3,9 @@
 -- by lumos/estimate/infer.py). Two kinds of repeated calls must not read as more layers:
 --   * autocast's redispatch (`is_outer`): under torch.autocast an op is recorded twice, an outer
 --     call at the caller's dtype around an inner one at the cast dtype (same name, same thread,
---     nested); the inner one holds the dtype the work runs at;
+--     nested); the inner one holds the dtype the work runs at; so is a call on a tensor
+--     subclass (`is_outer` too: a `PythonSubclass` frame inside it), whose inner calls hold the
+--     local shapes that run;
 --   * calls inside the autograd engine's backward (`in_bwd`: within an
 --     `autograd::engine::evaluate_function: ...` span of the same thread): the backward's own
 --     GEMMs, or a forward replayed by activation checkpointing.
@@ -33,6 +35,11 @@ WITH e AS (
        OR input_dims IS NOT NULL
           AND name IN ('aten::linear', 'aten::matmul', 'aten::mm', 'aten::addmm', 'aten::bmm',
                        'aten::baddbmm', 'aten::embedding')
+), subclass AS (
+    -- tensor-subclass dispatch (DTensor's tensor parallelism, float8 and quantised tensors): the
+    -- op called on the subclass records the subclass's (global) shapes, and the op that runs on
+    -- the local shard is recorded again under a `PythonSubclass` frame
+    SELECT rank, tid, ts_ns FROM e WHERE name = 'PythonSubclass'
 ), bwd AS (
     -- the latest end of the backward spans started so far on each thread
     SELECT rank, tid, ts_ns,
@@ -41,7 +48,10 @@ WITH e AS (
     FROM e
     WHERE name LIKE 'autograd::engine::evaluate_function:%'
 )
-SELECT c.rank, c.name, c.input_dims, c.input_types, c.is_attention, c.is_outer,
+SELECT c.rank, c.name, c.input_dims, c.input_types, c.is_attention,
+       c.is_outer OR coalesce(w.ts_ns < c.end_ns, false) AS is_outer,
        coalesce(b.reach_ns >= c.end_ns, false) AS in_bwd
 FROM calls AS c
-ASOF LEFT JOIN bwd AS b ON b.rank = c.rank AND b.tid = c.tid AND b.ts_ns <= c.ts_ns;
+ASOF LEFT JOIN bwd AS b ON b.rank = c.rank AND b.tid = c.tid AND b.ts_ns <= c.ts_ns
+-- the first subclass frame that starts inside the call: is the call around one?
+ASOF LEFT JOIN subclass AS w ON w.rank = c.rank AND w.tid = c.tid AND w.ts_ns >= c.ts_ns;

@@ -17,7 +17,12 @@
 WITH dev AS (
     SELECT kind FROM fleet_jobs($job, $exclude) WHERE is_base
 ), jobs AS (
-    SELECT job, world, kind FROM fleet_jobs($job, $exclude) WHERE world > 1
+    -- the waits of the base's kind of ops: a job on tensor subclasses (DTensor) waits for its
+    -- peers' Python dispatch too
+    SELECT job, world, kind FROM fleet_jobs($job, $exclude)
+    WHERE world > 1
+      AND (job IN (SELECT job FROM subclass_jobs($job, $exclude)))
+          = ($job IN (SELECT job FROM subclass_jobs($job, $exclude)))
 ), ops AS (
     SELECT e.job, e.rank, e.tid, e.event_idx, e.name, e.input_dims, e.ts_ns,
            e.ts_ns + e.dur_ns AS end_ns

@@ -11,6 +11,7 @@
 -- taken at (fleet.Contention removes the working set's part of the ratio with it).
 WITH jobs AS (
     SELECT job, device, world FROM fleet_jobs($job, $exclude)
+    WHERE job NOT IN (SELECT job FROM subclass_jobs($job, $exclude))
 ), steps AS (
     SELECT s.job, s.rank, s.ts_ns AS s0, s.ts_ns + s.dur_ns AS s1
     FROM events AS s

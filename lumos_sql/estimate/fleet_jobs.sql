@@ -39,3 +39,14 @@ WHERE names IS DISTINCT FROM (SELECT names FROM impl WHERE job = base);
 CREATE OR REPLACE TEMP MACRO borrowed_attention(base, excl, op_job, op_name) AS
     lower(op_name) LIKE '%attention%'
     AND op_job IN (SELECT job FROM foreign_attention(base, excl));
+
+-- subclass_jobs(base, excl): the jobs of fleet_jobs(base, excl) whose ops run on a tensor
+-- subclass (DTensor's tensor parallelism: an op on a DTensor is dispatched in Python, then run
+-- again on the local shard under a `PythonSubclass` frame, at ~3x a small op's time). Their ops
+-- hold that dispatch under the same names and (global) shapes as a plain job's, so they tell
+-- nothing about contention, run speed or idle gaps against plain jobs: those queries leave them
+-- out (and learn nothing for such a base). Columns: job.
+CREATE OR REPLACE TEMP MACRO subclass_jobs(base, excl) AS TABLE
+SELECT DISTINCT job FROM events
+WHERE cat = 'cpu_op' AND name = 'PythonSubclass'
+  AND job IN (SELECT job FROM fleet_jobs(base, excl));

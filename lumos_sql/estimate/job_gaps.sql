@@ -8,6 +8,7 @@
 -- learning from it). Columns: job, ratio, matched op names, matched share of the base's gap time.
 WITH jobs AS (
     SELECT job, device, world FROM fleet_jobs($job, $exclude)
+    WHERE job NOT IN (SELECT job FROM subclass_jobs($job, $exclude))
 ), raw AS (
     SELECT e.job, e.rank, e.tid, e.event_idx, e.name, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns
     FROM events AS e

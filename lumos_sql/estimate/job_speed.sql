@@ -7,6 +7,7 @@
 -- from it). Columns: job, ratio, matched op keys, matched time share of the job's op time.
 WITH jobs AS (
     SELECT job, device, world FROM fleet_jobs($job, $exclude)
+    WHERE job NOT IN (SELECT job FROM subclass_jobs($job, $exclude))
 ), ops AS (
     -- the key holds the dtypes too: the same shapes at another precision run other kernels
     SELECT e.job, e.name, concat(e.input_dims, ' ', e.input_types) AS dims, count(*) AS n,

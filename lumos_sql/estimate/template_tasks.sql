@@ -24,8 +24,14 @@
 -- waiting thread resumed, so its end does not mark the wait's.)
 -- `comm_in_op_ns`: the duration of an op that calls a collective (`c10d::*` nested in it: a
 -- tensor-parallel autograd function around its all-reduce and wait), a collective op as much as
--- a top-level `c10d::*` one: comm.py learns a synchronous all-reduce's cost from such ops'
--- whole blocking, and the transforms re-create it.
+-- a top-level `c10d::*` one; for an op that waits for a collective issued by an earlier op
+-- (`*c10d_functional::wait_tensor` nested: DTensor), the wait. comm.py learns a synchronous
+-- all-reduce's cost from such ops' whole blocking, and the transforms re-create it.
+-- `subclass_ns`: a tensor subclass's dispatch in the op (DTensor's tensor parallelism runs every
+-- op of a TP block on the DTensor, which runs it again on the local shard under a
+-- `PythonSubclass` frame): the op's time outside the local ops, and all of DTensor's own
+-- from_local / to_local conversions and redistributions that move no data. It is per call, whatever the shapes, and a trainer runs
+-- plain tensors where it has no TP group: the estimator keeps it only for targets with tp > 1.
 -- `recompute_ns`: activation checkpointing's replay of a layer's forward inside a backward function
 -- (torch.utils.checkpoint without reentrance runs it from the first saved tensor the backward
 -- unpacks): the span of the forward-only ops nested in a backward op, ops whose names no
@@ -178,8 +184,36 @@ WITH steps AS (
     WHERE g.gap_ns > 0
 ), calls_coll AS (
     -- top-level ops that call a collective inside them (a tensor-parallel autograd function's
-    -- forward or backward around c10d::allreduce_ and its wait)
-    SELECT DISTINCT rank, tid, grp FROM tops WHERE NOT is_top AND starts_with(name, 'c10d::')
+    -- forward or backward around c10d::allreduce_ and its wait): all of the op; ops that only
+    -- wait for a collective issued earlier (functional collectives, DTensor's: the op that first
+    -- reads an all-reduce's output waits in `wait_tensor`): the wait
+    SELECT rank, tid, grp,
+           bool_or(starts_with(name, 'c10d::')) AS calls,
+           sum(dur_ns) FILTER (WHERE ends_with(name, 'c10d_functional::wait_tensor')) AS wait_ns
+    FROM tops
+    WHERE NOT is_top AND (starts_with(name, 'c10d::')
+                          OR ends_with(name, 'c10d_functional::wait_tensor'))
+    GROUP BY ALL
+), frames AS (
+    -- tensor-subclass dispatch frames (DTensor): the ops directly inside one run on the local
+    -- shard; the rest of the top-level op around them is the subclass's Python dispatch
+    SELECT rank, tid, grp, event_idx AS f_idx, ts_ns AS f0, end_ns AS f1
+    FROM tops WHERE NOT is_top AND name = 'PythonSubclass'
+), in_frame AS (
+    -- frames do not nest (a shard is a plain tensor): an op's frame is the latest one started
+    SELECT t.rank, t.tid, t.grp, f.f_idx, t.event_idx, t.name, t.ts_ns, t.end_ns, t.dur_ns,
+           coalesce(t.ts_ns >= max(t.end_ns) OVER (
+               PARTITION BY t.rank, t.tid, f.f_idx ORDER BY t.ts_ns, t.event_idx
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true) AS is_child
+    FROM tops AS t
+    ASOF JOIN frames AS f ON f.rank = t.rank AND f.tid = t.tid AND t.ts_ns >= f.f0
+    WHERE t.event_idx <> f.f_idx AND t.end_ns <= f.f1
+), subclass AS (
+    SELECT rank, tid, grp,
+           sum(dur_ns) FILTER (WHERE is_child
+                               AND NOT ends_with(name, 'c10d_functional::wait_tensor'))
+               AS local_ns
+    FROM in_frame GROUP BY ALL
 ), nested_replay AS (
     SELECT rank, tid, grp, max(end_ns) - min(ts_ns) AS recompute_ns
     FROM tops
@@ -206,8 +240,15 @@ WITH steps AS (
 )
 SELECT g.rank, g.step_no, g.tid, g.event_idx, g.name, g.ts_ns - g.s0 AS rel_ns, g.dur_ns,
        g.gap_ns, coalesce(c.comm_wait_ns, 0) AS comm_wait_ns,
-       CASE WHEN o.grp IS NOT NULL THEN g.dur_ns ELSE 0 END AS comm_in_op_ns,
+       CASE WHEN o.calls THEN g.dur_ns ELSE coalesce(o.wait_ns, 0) END AS comm_in_op_ns,
        coalesce(r.recompute_ns, 0) AS recompute_ns,
+       CASE WHEN o.calls THEN 0
+            WHEN regexp_matches(g.name,
+                                '(^|[ .:])(_FromTorchTensor|_ToTorchTensor|Redistribute)(Backward)?$')
+            THEN g.dur_ns
+            WHEN sc.grp IS NOT NULL
+            THEN greatest(g.dur_ns - coalesce(o.wait_ns, 0) - coalesce(sc.local_ns, 0), 0)
+            ELSE 0 END AS subclass_ns,
        coalesce(rg.recompute_gap_ns, 0) AS recompute_gap_ns,
        g.s1 - g.s0 AS step_ns, g.seqno, g.input_dims, g.layer, g.fwd_mb, g.bwd_mb,
        g.in_optimizer, g.part, g.mod_layer,
@@ -217,5 +258,6 @@ LEFT JOIN fwd_seq AS f ON f.rank = g.rank AND f.step_no = g.step_no AND f.seqno 
 LEFT JOIN waits AS c ON c.rank = g.rank AND c.event_idx = g.event_idx
 LEFT JOIN calls_coll AS o ON o.rank = g.rank AND o.tid = g.tid AND o.grp = g.grp
 LEFT JOIN nested_replay AS r ON r.rank = g.rank AND r.tid = g.tid AND r.grp = g.grp
+LEFT JOIN subclass AS sc ON sc.rank = g.rank AND sc.tid = g.tid AND sc.grp = g.grp
 LEFT JOIN replay_gaps AS rg ON rg.rank = g.rank AND rg.event_idx = g.event_idx
 ORDER BY g.rank, g.step_no, g.ts_ns, g.event_idx;
