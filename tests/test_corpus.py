@@ -14,6 +14,7 @@ parallel configuration must carry its fleet warnings.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,12 @@ def test_spread_and_accuracy_commands(corpus_wh, capsys, tmp_path):
     assert "from base alone (no fleet)" in capsys.readouterr().out
     assert main(["groundtruth", "accuracy", str(CORPUS), "--base", "nope", "--warehouse",
                  str(corpus_wh)]) == 2  # fmt: skip
+    # another corpus whose `base` is another run: the warehouse's `base` is not predicted for it
+    other = tmp_path / "other"
+    shutil.copytree(CORPUS / "layers_x2", other / "base")
+    assert main(["groundtruth", "accuracy", str(other), "--warehouse", str(corpus_wh)]) == 2
+    err = capsys.readouterr().err
+    assert "job 'base' holds other trace files than" in err and "own --warehouse" in err
 
 
 def test_exposed_and_synchronous_collectives_on_the_corpus(corpus_wh):

@@ -56,6 +56,9 @@ def corpus_accuracy(
         raise ValueError(f"{corpus}: no base job folder {base!r} with a measured.json")
     wh = Warehouse.open(warehouse, create=True)
     have = set(wh.sql("SELECT DISTINCT job FROM traces")["job"]) if _has_traces(wh) else set()
+    for j in jobs:
+        if j.name in have:
+            _same_files(wh, j, warehouse)
     todo = [j for j in jobs if j.name not in have]
     for j in todo:
         wh.ingest([str(j)], job=j.name)
@@ -108,6 +111,26 @@ def corpus_accuracy(
             }
         )
     return rows
+
+
+def _same_files(wh: Any, job_dir: Path, warehouse: Path) -> None:
+    """The warehouse's job of the folder's name holds the folder's trace files (by content);
+    else a `ValueError`: another corpus's run of the same name would be predicted and measured
+    in its place."""
+    from warehouse.ingest import sha256_file
+    from warehouse.layout import find_trace_files
+
+    held = set(
+        wh.sql(
+            "SELECT sha256 FROM traces WHERE job = $job AND status = 'ok'", {"job": job_dir.name}
+        )["sha256"]
+    )
+    files = {sha256_file(f) for f in find_trace_files(job_dir)}
+    if held != files:
+        raise ValueError(
+            f"{warehouse}: job {job_dir.name!r} holds other trace files than {job_dir} (another "
+            "corpus's run of that name?); give this corpus its own --warehouse"
+        )
 
 
 def _has_traces(wh: Any) -> bool:
