@@ -891,8 +891,15 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
 
     # ZeRO / FSDP sharding.
     fsdp = any("fullyshardeddataparallel" in str(r["name"]).lower() for r in names)
-    ag = sum(int(r["n"]) for r in kinds.get("all_gather", []))
-    rs = sum(int(r["n"]) for r in kinds.get("reduce_scatter", []))
+    # sequence parallelism gathers and scatters the activations (a rank's tokens x hidden / tp,
+    # or the whole): those are not sharded parameters
+    act_sizes = {tokens * hidden, tokens * hidden // tp} if tokens and hidden else set()
+
+    def count(kind: str, act: bool) -> int:
+        return sum(int(r["n"]) for r in kinds.get(kind, []) if (nelems(r) in act_sizes) == act)
+
+    ag, rs = count("all_gather", False), count("reduce_scatter", False)
+    sp = count("all_gather", True) + count("reduce_scatter", True)
     n_layers = int(f.get("layers") or 1)
     if fsdp or (ag >= n_layers and rs and not act_ar):
         f.set("zero_stage", 3, 0.5, f"FSDP annotations or per-layer all-gathers ({ag})")
@@ -902,7 +909,15 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
         )
     else:
         f.default("zero_stage", 0, "no reduce-scatter/all-gather pattern of sharded training")
-    if tp > 1 and (rs or ag) and att:
+    if tp > 1 and sp:
+        f.set(
+            "sequence_parallel",
+            True,
+            0.7,
+            f"{sp} activation-sized all-gathers/reduce-scatters ({tokens}×{hidden} or 1/{tp})"
+            " with tensor parallelism",
+        )
+    elif tp > 1 and (rs or ag) and att:
         f.set("sequence_parallel", True, 0.4, "reduce-scatter/all-gather with tensor parallelism")
 
     dev = [int(r["device_memory"]) for r in meta if r["device_memory"]]
