@@ -345,7 +345,7 @@ def test_separate_projections_are_one_gemm_unit(corpus_wh):
         tpl,
         **{
             k: getattr(tpl, k)[idx]
-            for k in ("block", "layer", "mb", "role", "bwd", "elems", "subclass_ns")
+            for k in ("block", "layer", "mb", "role", "bwd", "elems", "subclass_ns", "comm_ns")
         },
         dur_ns=(tpl.dur_ns // reps)[idx],
         gap_ns=np.where(first, tpl.gap_ns[idx], 0),

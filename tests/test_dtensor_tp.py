@@ -144,6 +144,7 @@ def test_predictions_from_a_dtensor_base(wh, runs):
     from lumos.api import Warehouse
     from lumos.estimate.estimator import Estimator
     from lumos.estimate.fleet_model import FleetModel
+    from lumos.estimate.layers import BLOCK
 
     alone = FleetModel.learn(Warehouse.open(wh), "tp2d", exclude=["base"])
     est = Estimator.open(wh, "tp2d")
@@ -154,6 +155,11 @@ def test_predictions_from_a_dtensor_base(wh, runs):
         assert abs(pred.predicted_ns / measured - 1) < 0.2, (name, pred.predicted_ns, measured)
     assert any("Python dispatch" in w and "left out" in w for w in tp1.warnings)
     assert any("Python dispatch" in w and "kept per call" in w for w in own.warnings)
+    # its own TP collectives are priced at what they cost its layers (whatever the
+    # implementation calls: here 4 functional all-reduces per layer, waited for ops later)
+    layer = np.isin(est.tpl.block, [BLOCK["f_layer"], BLOCK["b_layer"]])
+    comm = est.explain(est.base).breakdown["communication"]
+    assert comm == pytest.approx(float(est.tpl.comm_ns[layer].sum()), rel=0.01)
     # the dispatch left in the ops (the template without subclass_ns): tp=1 keeps it
     plain = dataclasses.replace(est.tpl, subclass_ns=np.zeros_like(est.tpl.subclass_ns))
     kept = Estimator(plain, est.base, alone.comm, [], alone.contention)
@@ -176,3 +182,16 @@ def test_fleet_leaves_dtensor_jobs_out_of_op_comparisons(wh):
     ).fetchall()
     con.close()
     assert rows == []  # the only multi-rank job is the DTensor one
+
+
+def test_a_steps_skewed_waits_keep_the_median_steps_total():
+    """One slow step holds most of the waits: the per-position shares sum to the median step's
+    total (2 here), not to the mean's (14/3), nor to the per-position medians' (1 + 1)."""
+    import numpy as np
+
+    from lumos.estimate.layers import _median_step_share
+
+    x = np.array([[1, 9], [1, 1], [1, 1]])
+    # means (1, 11/3) scaled by 2 / (14/3) = 3/7: (0.43, 1.57)
+    assert _median_step_share(x).tolist() == [0, 2]
+    assert _median_step_share(np.zeros((3, 2))).tolist() == [0, 0]

@@ -89,7 +89,7 @@ from lumos.estimate.working_set import WorkingSet
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 41
+CACHE_FORMAT = 45
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -221,6 +221,8 @@ class Estimator:
         self._separate_qkv = units > 0 and int(qkv.sum()) >= 3 * units
         self._base_gemms = role_gemms(base, self._separate_qkv)
         self._gemm_base = self._gemm_roles()
+        self._tp_comm = _tp_layer_comm_ns(tpl, base)
+        self._tp_anchor: float | None = None
         self.ops = ops or OpTimes.from_dict(None)
         self._attn_ops = self._attention_ops()
         self.working_set = working_set or WorkingSet.from_dict(None)
@@ -342,7 +344,7 @@ class Estimator:
             mult[cls_opt(s)] = stage_params[s] / base_opt
         add = np.zeros(nc)
         tokens_bytes = cfg.micro_batch * cfg.seq * cfg.hidden * cfg.dtype_bytes
-        add[cls_tp_ar(pp)] = self.comm.allreduce_ns(tokens_bytes, cfg.tp, sync=True)
+        add[cls_tp_ar(pp)] = self._tp_allreduce(cfg, tokens_bytes)
         for s in range(pp):
             early, last = ddp_buckets(stage_params[s] * cfg.dtype_bytes)
             add[cls_dp_early(pp, s)] = self.comm.allreduce_ns(early, cfg.dp) if early else 0.0
@@ -365,6 +367,32 @@ class Estimator:
         calls[[cls_opt(s) for s in range(pp)]] = self.opt_scale(cfg)
         gap = self._gap_scale(cfg)[0] - 1.0
         return mult * sp * cpu, add * sp, sp * cpu * calls, ratio, beyond, gap
+
+    def _tp_allreduce(self, cfg: ModelConfig, tokens_bytes: float) -> float:
+        """One re-created TP all-reduce of cfg. A TP base measured what its TP collectives cost
+        its layers, whichever and however many its implementation calls (Megatron's 4 blocking
+        all-reduces per layer; DTensor's functional ones, waited for ops later, 6 with separate
+        Q, K, V projections; sequence parallelism's all-gathers and reduce-scatters): that,
+        shared over the all-reduces the transforms re-create in the base's own configuration, is
+        the base's price, and the collective model scales it to the target's message and group
+        (and the cores it time-shares)."""
+        model = self.comm.allreduce_ns(tokens_bytes, cfg.tp, sync=True)
+        if self._tp_comm is None:
+            return model
+        b = self.base
+        if self._tp_anchor is None:
+            eg = self.graph(self.structure(b))
+            n = int(np.count_nonzero(eg.cls == cls_tp_ar(b.pp)))
+            self._tp_anchor = self._tp_comm / n if n else 0.0
+        if not self._tp_anchor:
+            return model
+        base_model = self.comm.allreduce_ns(
+            b.micro_batch * b.seq * b.hidden * b.dtype_bytes, b.tp, sync=True
+        )
+        if base_model <= 0:
+            return model
+        shared = self.contention.time_share(_world(b))
+        return self._tp_anchor / shared * model / base_model
 
     def _fixed(self, s: Structure) -> np.ndarray:
         """The ops' per-call parts in structure s: with a tensor subclass's dispatch where s has
@@ -671,6 +699,19 @@ class Estimator:
 # first) is capped at 1 MiB, the others at bucket_cap_mb = 25 MiB
 DDP_FIRST_BUCKET = 1 << 20
 DDP_BUCKET = 25 << 20
+
+
+def _tp_layer_comm_ns(tpl: Template, base: ModelConfig) -> float | None:
+    """What a TP base's collectives cost its step inside the layers (the traced step's: one
+    stage's ops, so pipelines are left to the collective model); None without TP or without such
+    work in the template."""
+    if base.tp <= 1 or base.pp != 1 or len(tpl.names) != tpl.n:
+        return None
+    in_layer = np.isin(tpl.block, [BLOCK["f_layer"], BLOCK["b_layer"]])
+    # DDP's bucket all-reduces (a dp x tp base) run from the gradient-accumulation hooks
+    ddp = np.array(["AccumulateGrad" in n for n in tpl.names], bool)
+    total = float(tpl.comm_ns[in_layer & ~ddp].sum())
+    return total if total > 0 else None
 
 
 def _units(tpl: Template, ops: np.ndarray) -> int:

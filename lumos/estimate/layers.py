@@ -112,7 +112,8 @@ class Template:
     ``elems`` the element count of the op's largest input tensor (0 when the trace recorded no
     shapes): an optimizer op's parameter size, from which its per-call cost is fitted.
     ``subclass_ns`` the part of ``dur_ns`` that is a tensor subclass's dispatch (DTensor's tensor
-    parallelism: ``template_tasks.sql``), per call whatever the shapes.
+    parallelism: ``template_tasks.sql``), per call whatever the shapes. ``comm_ns`` the
+    collective work and waits the op held (left out of ``dur_ns``; mean over the steps).
     """
 
     job: str
@@ -129,12 +130,15 @@ class Template:
     rank: int = 0
     elems: np.ndarray | None = None
     subclass_ns: np.ndarray | None = None
+    comm_ns: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.elems is None:
             self.elems = np.zeros(self.dur_ns.shape[0], np.int64)
         if self.subclass_ns is None:
             self.subclass_ns = np.zeros(self.dur_ns.shape[0], np.int64)
+        if self.comm_ns is None:
+            self.comm_ns = np.zeros(self.dur_ns.shape[0], np.int64)
 
     @property
     def n(self) -> int:
@@ -155,6 +159,7 @@ class Template:
             step_ns=self.step_ns,
             elems=self.elems,
             subclass_ns=self.subclass_ns,
+            comm_ns=self.comm_ns,
             meta=np.array(
                 json.dumps(
                     {
@@ -187,6 +192,7 @@ class Template:
                 rank=int(meta["rank"]),
                 elems=z["elems"],
                 subclass_ns=z["subclass_ns"],
+                comm_ns=z["comm_ns"],
             )
 
 
@@ -624,7 +630,18 @@ def template_from_rows(
         rank=int(ref[0]["rank"]),
         elems=np.array([_elems(ref, i, at) for i in idx], np.int64),
         subclass_ns=sub_m[idx],
+        comm_ns=_median_step_share(in_op)[idx],
     )
+
+
+def _median_step_share(x: np.ndarray) -> np.ndarray:
+    """Per position (columns) over steps (rows): the mean, scaled so that the positions sum to
+    the median step's total. A step's waits are skewed (one of them 10x the rest, in another
+    position each step): per-position medians lose them, means count the slow step's."""
+    total = x.sum(axis=1)
+    mean = x.mean(axis=0)
+    k = float(np.median(total)) / float(total.mean()) if total.mean() > 0 else 0.0
+    return np.rint(mean * k).astype(np.int64)
 
 
 def _elems(rows: list[dict[str, Any]], i: int, at: dict[int, int]) -> int:
