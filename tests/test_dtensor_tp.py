@@ -195,3 +195,47 @@ def test_a_steps_skewed_waits_keep_the_median_steps_total():
     # means (1, 11/3) scaled by 2 / (14/3) = 3/7: (0.43, 1.57)
     assert _median_step_share(x).tolist() == [0, 2]
     assert _median_step_share(np.zeros((3, 2))).tolist() == [0, 0]
+
+
+def test_a_tp_bases_collectives_outside_the_layers_stay_with_their_ops():
+    """No transform re-creates a TP base's collectives outside the layers (DTensor's all-reduces
+    of partial gradients in the optimizer): they stay with their ops' per-call part where the
+    target has TP ranks, and leave at tp=1; DDP's buckets (in AccumulateGrad) are the DP
+    transform's; the layers' are shared over the re-created all-reduces."""
+    import numpy as np
+
+    from lumos.estimate.comm import CommModel
+    from lumos.estimate.config import ModelConfig
+    from lumos.estimate.estimator import Estimator
+    from lumos.estimate.layers import BLOCK, ROLE, Template
+    from lumos.estimate.transforms import Structure
+
+    rows = [  # block, name, dur, comm
+        ("f_layer", "aten::linear", 100, 0),
+        ("f_layer", "aten::add", 50, 30),  # waits for the forward all-reduce
+        ("b_layer", "autograd::engine::evaluate_function: MmBackward0", 200, 0),
+        ("b_layer", "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 10, 7),
+        ("opt", "aten::_foreach_add_", 60, 40),
+    ]
+    tpl = Template(
+        job="hand",
+        block=np.array([BLOCK[r[0]] for r in rows], np.int8),
+        layer=np.array([0, 0, 0, 0, -1], np.int64),
+        mb=np.array([0, 0, 0, 0, -1], np.int64),
+        role=np.full(len(rows), ROLE["const"], np.int8),
+        bwd=np.array([0, 0, 1, 1, 0], np.int8),
+        dur_ns=np.array([r[2] for r in rows], np.int64),
+        gap_ns=np.zeros(len(rows), np.int64),
+        end_gap_ns=0,
+        step_ns=np.array([420], np.int64),
+        names=[r[1] for r in rows],
+        comm_ns=np.array([r[3] for r in rows], np.int64),
+    )
+    base = ModelConfig(layers=1, hidden=8, heads=2, seq=4, tp=2)
+    est = Estimator(tpl, base, CommModel.default(), [])
+    assert est.tp_outside.tolist() == [0, 0, 0, 0, 40]
+    assert est._tp_comm == 30  # the layers' own, without DDP's bucket
+    tp2, tp1 = Structure(layers=1, tp=2), Structure(layers=1, tp=1)
+    assert (est._fixed(tp2) - est._fixed(tp1)).tolist() == [0, 0, 0, 0, 40]
+    plain = Estimator(tpl, base.replace(tp=1), CommModel.default(), [])
+    assert not plain.tp_outside.any() and plain._tp_comm is None

@@ -89,7 +89,7 @@ from lumos.estimate.working_set import WorkingSet
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 45
+CACHE_FORMAT = 46
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -222,6 +222,10 @@ class Estimator:
         self._base_gemms = role_gemms(base, self._separate_qkv)
         self._gemm_base = self._gemm_roles()
         self._tp_comm = _tp_layer_comm_ns(tpl, base)
+        # a TP base's collectives outside the layers (DTensor's all-reduces of partial gradients
+        # in the optimizer, a vocabulary-parallel head's): no transform re-creates them, so they
+        # stay with their ops where the target has TP ranks, like the subclass's dispatch
+        self.tp_outside = _tp_outside_ns(tpl, base)
         self._tp_anchor: float | None = None
         self.ops = ops or OpTimes.from_dict(None)
         self._attn_ops = self._attention_ops()
@@ -395,9 +399,10 @@ class Estimator:
         return self._tp_anchor / shared * model / base_model
 
     def _fixed(self, s: Structure) -> np.ndarray:
-        """The ops' per-call parts in structure s: with a tensor subclass's dispatch where s has
-        TP ranks (a trainer runs plain tensors without a TP group)."""
-        return self.fixed + self.subclass if s.tp > 1 else self.fixed
+        """The ops' per-call parts in structure s: with a tensor subclass's dispatch and the
+        base's TP collectives outside the layers where s has TP ranks (a trainer runs plain
+        tensors without a TP group)."""
+        return self.fixed + self.subclass + self.tp_outside if s.tp > 1 else self.fixed
 
     def _gemm_roles(self) -> dict[int, tuple[int, float, float]]:
         """Per GEMM role the fleet's curve can re-time: (its units, variable ns, the curve's ns
@@ -699,6 +704,19 @@ class Estimator:
 # first) is capped at 1 MiB, the others at bucket_cap_mb = 25 MiB
 DDP_FIRST_BUCKET = 1 << 20
 DDP_BUCKET = 25 << 20
+
+
+def _tp_outside_ns(tpl: Template, base: ModelConfig) -> np.ndarray:
+    """Per op, the collective time a TP base's ops outside the layers held (zeros otherwise;
+    DDP's bucket all-reduces, from the gradient-accumulation hooks, are the DP transform's)."""
+    out = np.zeros(tpl.n, np.int64)
+    if base.tp <= 1 or len(tpl.names) != tpl.n:
+        return out
+    outside = ~np.isin(tpl.block, [BLOCK["f_layer"], BLOCK["b_layer"]])
+    ddp = np.array(["AccumulateGrad" in n for n in tpl.names], bool)
+    keep = outside & ~ddp
+    out[keep] = tpl.comm_ns[keep]
+    return out
 
 
 def _tp_layer_comm_ns(tpl: Template, base: ModelConfig) -> float | None:
