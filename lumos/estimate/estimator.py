@@ -221,12 +221,11 @@ class Estimator:
         self._separate_qkv = units > 0 and int(qkv.sum()) >= 3 * units
         self._base_gemms = role_gemms(base, self._separate_qkv)
         self._gemm_base = self._gemm_roles()
-        self._tp_comm = _tp_layer_comm_ns(tpl, base)
-        # a TP base's collectives outside the layers (DTensor's all-reduces of partial gradients
-        # in the optimizer, a vocabulary-parallel head's): no transform re-creates them, so they
-        # stay with their ops where the target has TP ranks, like the subclass's dispatch
-        self.tp_outside = _tp_outside_ns(tpl, base)
-        self._tp_anchor: float | None = None
+        # a TP base's collectives: those inside its layers price the re-created all-reduces
+        # (`_tp_allreduce`); those outside them (DTensor's all-reduces of partial gradients in
+        # the optimizer, a vocabulary-parallel head's) no transform re-creates, so they stay with
+        # their ops where the target has TP ranks, like the subclass's dispatch
+        self._tp_comm, self.tp_outside = _tp_collectives(tpl, base)
         self.ops = ops or OpTimes.from_dict(None)
         self._attn_ops = self._attention_ops()
         self.working_set = working_set or WorkingSet.from_dict(None)
@@ -381,15 +380,9 @@ class Estimator:
         the base's price, and the collective model scales it to the target's message and group
         (and the cores it time-shares)."""
         model = self.comm.allreduce_ns(tokens_bytes, cfg.tp, sync=True)
-        if self._tp_comm is None:
-            return model
-        b = self.base
-        if self._tp_anchor is None:
-            eg = self.graph(self.structure(b))
-            n = int(np.count_nonzero(eg.cls == cls_tp_ar(b.pp)))
-            self._tp_anchor = self._tp_comm / n if n else 0.0
         if not self._tp_anchor:
             return model
+        b = self.base
         base_model = self.comm.allreduce_ns(
             b.micro_batch * b.seq * b.hidden * b.dtype_bytes, b.tp, sync=True
         )
@@ -397,6 +390,16 @@ class Estimator:
             return model
         shared = self.contention.time_share(_world(b))
         return self._tp_anchor / shared * model / base_model
+
+    @functools.cached_property
+    def _tp_anchor(self) -> float:
+        """The base's TP collectives in its layers over the all-reduces the transforms re-create
+        in its own configuration: the base's price of one (0: none to price)."""
+        if self._tp_comm is None:
+            return 0.0
+        eg = self.graph(self.structure(self.base))
+        n = int(np.count_nonzero(eg.cls == cls_tp_ar(self.base.pp)))
+        return self._tp_comm / n if n else 0.0
 
     def _fixed(self, s: Structure) -> np.ndarray:
         """The ops' per-call parts in structure s: with a tensor subclass's dispatch and the
@@ -706,30 +709,20 @@ DDP_FIRST_BUCKET = 1 << 20
 DDP_BUCKET = 25 << 20
 
 
-def _tp_outside_ns(tpl: Template, base: ModelConfig) -> np.ndarray:
-    """Per op, the collective time a TP base's ops outside the layers held (zeros otherwise;
-    DDP's bucket all-reduces, from the gradient-accumulation hooks, are the DP transform's)."""
-    out = np.zeros(tpl.n, np.int64)
+def _tp_collectives(tpl: Template, base: ModelConfig) -> tuple[float | None, np.ndarray]:
+    """A TP base's collective time: inside its layers, the step's total (None without such work,
+    or for a pipeline stage, whose ops are one stage's: left to the collective model); outside
+    them, per op (zeros without TP)."""
+    outside = np.zeros(tpl.n, np.int64)
     if base.tp <= 1 or len(tpl.names) != tpl.n:
-        return out
-    outside = ~np.isin(tpl.block, [BLOCK["f_layer"], BLOCK["b_layer"]])
-    ddp = np.array(["AccumulateGrad" in n for n in tpl.names], bool)
-    keep = outside & ~ddp
-    out[keep] = tpl.comm_ns[keep]
-    return out
-
-
-def _tp_layer_comm_ns(tpl: Template, base: ModelConfig) -> float | None:
-    """What a TP base's collectives cost its step inside the layers (the traced step's: one
-    stage's ops, so pipelines are left to the collective model); None without TP or without such
-    work in the template."""
-    if base.tp <= 1 or base.pp != 1 or len(tpl.names) != tpl.n:
-        return None
+        return None, outside
+    # DDP's bucket all-reduces (a dp x tp base) run from the gradient-accumulation hooks: they
+    # are the DP transform's
+    own = np.where(["AccumulateGrad" in n for n in tpl.names], 0, tpl.comm_ns)
     in_layer = np.isin(tpl.block, [BLOCK["f_layer"], BLOCK["b_layer"]])
-    # DDP's bucket all-reduces (a dp x tp base) run from the gradient-accumulation hooks
-    ddp = np.array(["AccumulateGrad" in n for n in tpl.names], bool)
-    total = float(tpl.comm_ns[in_layer & ~ddp].sum())
-    return total if total > 0 else None
+    outside[~in_layer] = own[~in_layer]
+    total = float(own[in_layer].sum())
+    return (total if total > 0 and base.pp == 1 else None), outside
 
 
 def _units(tpl: Template, ops: np.ndarray) -> int:

@@ -30,8 +30,9 @@
 -- `subclass_ns`: a tensor subclass's dispatch in the op (DTensor's tensor parallelism runs every
 -- op of a TP block on the DTensor, which runs it again on the local shard under a
 -- `PythonSubclass` frame): the op's time outside the local ops, and all of DTensor's own
--- from_local / to_local conversions and redistributions that move no data. It is per call, whatever the shapes, and a trainer runs
--- plain tensors where it has no TP group: the estimator keeps it only for targets with tp > 1.
+-- from_local / to_local conversions and redistributions that move no data. It is per call,
+-- whatever the shapes, and a trainer runs plain tensors where it has no TP group: the estimator
+-- keeps it only for targets with tp > 1.
 -- `recompute_ns`: activation checkpointing's replay of a layer's forward inside a backward function
 -- (torch.utils.checkpoint without reentrance runs it from the first saved tensor the backward
 -- unpacks): the span of the forward-only ops nested in a backward op, ops whose names no
@@ -197,7 +198,7 @@ WITH steps AS (
 ), frames AS (
     -- tensor-subclass dispatch frames (DTensor): the ops directly inside one run on the local
     -- shard; the rest of the top-level op around them is the subclass's Python dispatch
-    SELECT rank, tid, grp, event_idx AS f_idx, ts_ns AS f0, end_ns AS f1
+    SELECT rank, tid, event_idx AS f_idx, ts_ns AS f0, end_ns AS f1
     FROM tops WHERE NOT is_top AND name = 'PythonSubclass'
 ), in_frame AS (
     -- frames do not nest (a shard is a plain tensor): an op's frame is the latest one started
