@@ -291,3 +291,26 @@ def test_period_only_between_consecutive_steps(tmp_path) -> None:  # noqa: ANN00
     finally:
         con.close()
     assert rows == [(2, None), (5, 70_000), (6, None)]
+
+
+def test_threads_follow_the_row_groups_and_are_restored(tiny) -> None:  # noqa: ANN001
+    """A small job's graph is built on one DuckDB thread (a second one only spins) and the
+    connection gets its own setting back; a big one keeps every thread the connection had."""
+    from warehouse.catalog import DUCKDB_ROW_GROUP, threads_for, threads_for_rows
+
+    assert threads_for_rows(10, 8) == 1
+    assert threads_for_rows(3 * DUCKDB_ROW_GROUP + 1, 8) == 3
+    assert threads_for_rows(100 * DUCKDB_ROW_GROUP, 4) == 4
+    con = duckdb.connect(config={"threads": 3})
+    setting = "SELECT current_setting('threads')"
+    with threads_for(con, 2 * DUCKDB_ROW_GROUP) as n:
+        assert n == 2 and con.execute(setting).fetchone()[0] == 2
+    assert con.execute(setting).fetchone()[0] == 3
+    with pytest.raises(RuntimeError), threads_for(con, 0):
+        assert con.execute(setting).fetchone()[0] == 1
+        raise RuntimeError("restored on the way out, too")
+    assert con.execute(setting).fetchone()[0] == 3
+    cat, _ = tiny
+    cat.execute("SET threads = 2")
+    replay_job(cat, "tiny")
+    assert cat.execute(setting).fetchone()[0] == 2

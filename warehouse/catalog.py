@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import lumos_sql
@@ -25,6 +27,8 @@ __all__ = [
     "catalog_is_current",
     "job_events_view",
     "present_derived_views",
+    "threads_for",
+    "threads_for_rows",
 ]
 
 # Creation order matters: later views read earlier ones.
@@ -155,3 +159,32 @@ def catalog_is_current(warehouse: str | os.PathLike[str]) -> bool:
         con.close()
     # A derived table written since the catalog was built needs its view added.
     return root == str(layout.root) and set(VIEWS) | set(present_derived_views(layout)) <= names
+
+
+# DuckDB splits a scan, a sort or a window's input by row groups of this many rows; a thread
+# beyond the row groups a job's graph events fill has nothing to take and only adds
+# synchronisation (df_index_resolver, 123k graph events: 2 threads cost 25 % more CPU than 1 for
+# the same wall time; at 2x the events 2 threads save 13 % of the wall, at 33x they halve it).
+DUCKDB_ROW_GROUP = 122_880
+
+
+def threads_for_rows(n_rows: int, most: int | None = None) -> int:
+    """DuckDB threads worth giving a query over `n_rows` rows: one per row group they fill, at
+    least 1, at most `most` (default: the machine's cores)."""
+    most = most or os.cpu_count() or 1
+    return max(1, min(most, n_rows // DUCKDB_ROW_GROUP))
+
+
+@contextmanager
+def threads_for(con, n_rows: int) -> Iterator[int]:  # noqa: ANN001
+    """Run the block with DuckDB's threads cut to the row groups `n_rows` fill (never more than
+    the connection had); the connection's own setting is restored afterwards."""
+    had = int(con.execute("SELECT current_setting('threads')").fetchone()[0])
+    want = threads_for_rows(n_rows, had)
+    if want != had:
+        con.execute(f"SET threads = {want}")
+    try:
+        yield want
+    finally:
+        if want != had:
+            con.execute(f"SET threads = {had}")

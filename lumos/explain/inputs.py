@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import lumos_sql
+from warehouse.catalog import threads_for_rows
 from warehouse.layout import Layout, encode_job
 
 INPUT_TABLES = ("tasks", "iterations", "schedules", "deps")
@@ -175,7 +176,7 @@ def from_tables(job: str, tables: Mapping[str, pa.Table]) -> JobTables:
     missing = [t for t in INPUT_TABLES if t not in tables]
     if missing:
         raise ExplainInputError(f"{job}: replay tables {missing} not given")
-    con = duckdb.connect()
+    con = duckdb.connect(config={"threads": threads_for_rows(tables["tasks"].num_rows)})
     try:
         for name in INPUT_TABLES:
             con.register(name, tables[name])

@@ -229,10 +229,11 @@ def stored_quality(root: Path, job: str) -> pa.Table:
 _WORKER: dict[str, object] = {}
 
 
-def _init_worker(catalog: str) -> None:
+def _init_worker(catalog: str, threads: int) -> None:
     import duckdb
 
-    _WORKER["con"] = duckdb.connect(catalog, read_only=True)
+    # the pool's processes already share the cores: DuckDB's own threads would oversubscribe them
+    _WORKER["con"] = duckdb.connect(catalog, read_only=True, config={"threads": threads})
 
 
 def _replay_in_worker(root: str, inputs: JobInputs, explain: bool) -> JobOutcome:
@@ -246,11 +247,13 @@ def _run_pool(
 
     # spawn, not fork: the parent holds DuckDB and numba threads, which fork does not carry over
     ctx = multiprocessing.get_context("spawn")
+    n = min(workers, len(todo))
+    threads = max(1, (os.cpu_count() or 1) // n)
     with ProcessPoolExecutor(
-        max_workers=min(workers, len(todo)),
+        max_workers=n,
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(str(catalog),),
+        initargs=(str(catalog), threads),
     ) as pool:
         futures = {pool.submit(_replay_in_worker, str(root), i, explain): i for i in todo}
         for fut in as_completed(futures):

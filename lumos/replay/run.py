@@ -24,7 +24,7 @@ from lumos.replay.build import TaskColumns, build_graph
 from lumos.replay.constants import DeviceConstants, estimate, to_arrow
 from lumos.replay.multirank import MODE as MULTIRANK
 from lumos.replay.multirank import build_multirank
-from warehouse.catalog import job_events_view
+from warehouse.catalog import job_events_view, threads_for
 from warehouse.layout import Layout, encode_job, write_parquet_atomic
 from warehouse.schema import SCHEDULES, TABLES
 
@@ -54,6 +54,12 @@ def build_tables(con, job: str) -> list[DeviceConstants]:  # noqa: ANN001
     """Create the temp tables iterations/tasks/deps/kernels/g_slack of `job` on `con`."""
     job_events_view(con, job)
     con.execute(lumos_sql.load("graph/events"), {"job": job})
+    n_events = con.execute("SELECT count(*) FROM g_ev").fetchone()[0]
+    with threads_for(con, n_events):
+        return _build_graph_tables(con)
+
+
+def _build_graph_tables(con) -> list[DeviceConstants]:  # noqa: ANN001
     for name in GRAPH_SCRIPTS:
         _script(con, name)
     raw = con.sql("SELECT * FROM g_const_raw").to_arrow_table().to_pylist()
