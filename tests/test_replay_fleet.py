@@ -180,7 +180,17 @@ def test_unknown_job_and_bad_workers_are_argument_errors(tmp_path: Path, example
     wh = str(tmp_path / "wh")
     _ok(lumos("ingest", str(examples / "gpt_cpu"), "--warehouse", wh))
     res = lumos("replay", "--job", "nope", "--warehouse", wh)
-    assert res.returncode == 2 and "'nope' not in the warehouse" in res.stderr
+    assert res.returncode == 2 and "job 'nope' is not in the warehouse" in res.stderr
+    # a job whose every file was refused exists, but has nothing to replay: the error says why
+    bad = tmp_path / "broken" / "trace.json"
+    bad.parent.mkdir()
+    bad.write_text('{"traceEvents": [{"ph": "X", "ts": "soon"}]}')
+    assert lumos("ingest", str(bad), "--job", "broken", "--warehouse", wh).returncode == 1
+    for cmd in (("replay",), ("describe",), ("estimate", "--set", "layers=2")):
+        res = lumos(*cmd, "--job", "broken", "--warehouse", wh)
+        assert res.returncode == 2, res.stderr
+        assert "job 'broken' has no ingested trace: its files were refused" in res.stderr
+        assert f"{bad}: event 0: ts" in res.stderr, res.stderr
     res = lumos("replay", "--workers", "0", "--warehouse", wh)
     assert res.returncode == 2 and "--workers must be at least 1" in res.stderr
     with pytest.raises(ValueError, match="workers must be at least 1"):

@@ -26,6 +26,7 @@ __all__ = [
     "build_catalog",
     "catalog_is_current",
     "job_events_view",
+    "no_trace_message",
     "present_derived_views",
     "threads_for",
     "threads_for_rows",
@@ -137,6 +138,19 @@ def job_events_view(con, job: str) -> None:  # noqa: ANN001 (duckdb is imported 
     files.append(layout.events_dir / SCHEMA_FILE)
     listed = "[" + ", ".join(_literal(str(f)) for f in files) + "]"
     con.execute(lumos_sql.render("catalog/job_events", files=listed))
+
+
+def no_trace_message(con, job: str, known: list[str]) -> str:  # noqa: ANN001
+    """Why `job` has no readable trace on the catalog `con`: every file of it was refused (the
+    first one's error, which names the file), or the warehouse never saw it (naming the jobs it
+    knows)."""
+    refused = con.execute(lumos_sql.load("status/job_refusals"), {"job": job}).fetchall()
+    if refused:
+        more = (
+            f" (and {len(refused) - 1} more: `lumos status` lists them)" if len(refused) > 1 else ""
+        )
+        return f"job {job!r} has no ingested trace: its files were refused: {refused[0][1]}{more}"
+    return f"job {job!r} is not in the warehouse (known: {', '.join(known[:20]) or 'none'})"
 
 
 def catalog_is_current(warehouse: str | os.PathLike[str]) -> bool:

@@ -33,6 +33,7 @@ from typing import Any
 
 import lumos_sql
 from lumos.estimate.config import KEYS, ConfigError, ModelConfig
+from warehouse.catalog import no_trace_message
 
 __all__ = ["Evidence", "Inference", "infer_base", "JobNotFound"]
 
@@ -53,10 +54,7 @@ def known_jobs(con) -> list[str]:  # noqa: ANN001
 
 def job_not_found(con, job: str) -> JobNotFound:  # noqa: ANN001
     """The error for a job the catalog on `con` does not hold, naming the jobs it does."""
-    known = known_jobs(con)
-    return JobNotFound(
-        f"job {job!r} is not in the warehouse (known: {', '.join(known[:20]) or 'none'})"
-    )
+    return JobNotFound(no_trace_message(con, job, known_jobs(con)))
 
 
 @dataclass(frozen=True)

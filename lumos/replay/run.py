@@ -24,7 +24,7 @@ from lumos.replay.build import TaskColumns, build_graph
 from lumos.replay.constants import DeviceConstants, estimate, to_arrow
 from lumos.replay.multirank import MODE as MULTIRANK
 from lumos.replay.multirank import build_multirank
-from warehouse.catalog import job_events_view, threads_for
+from warehouse.catalog import job_events_view, no_trace_message, threads_for
 from warehouse.layout import Layout, encode_job, write_parquet_atomic
 from warehouse.schema import SCHEDULES, TABLES
 
@@ -229,10 +229,8 @@ def resolve_jobs(con, jobs: Sequence[str] | None, root: Path) -> list[str]:  # n
     have = set(known)
     missing = [j for j in todo if j not in have]
     if missing:
-        raise ValueError(
-            f"{root}: job(s) {', '.join(map(repr, missing))} not in the warehouse "
-            f"(known: {', '.join(sorted(known)[:20]) or 'none'})"
-        )
+        why = "; ".join(no_trace_message(con, j, sorted(known)) for j in missing)
+        raise ValueError(f"{root}: {why}")
     return todo
 
 
