@@ -293,6 +293,28 @@ def test_period_only_between_consecutive_steps(tmp_path) -> None:  # noqa: ANN00
     assert rows == [(2, None), (5, 70_000), (6, None)]
 
 
+def test_a_group_is_named_by_its_outermost_op_whatever_the_file_order(tmp_path) -> None:  # noqa: ANN001
+    """Two ops start together and the child is written first: the longer one is the parent and
+    names the top-level task (the window orders a thread's ops by start, then end descending)."""
+    events = [
+        _x("ProfilerStep#1", "user_annotation", 100, 100),
+        _x("aten::_to_copy", "cpu_op", 110, 20),
+        _x("aten::to", "cpu_op", 110, 30),
+        _x("aten::empty", "cpu_op", 112, 3),
+    ]
+    trace = tmp_path / "child_first.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    wh = tmp_path / "wh"
+    ingest([trace], warehouse=wh, job="child_first")
+    con = duckdb.connect(str(wh / "lumos.duckdb"), read_only=True)
+    try:
+        res = replay_job(con, "child_first")
+    finally:
+        con.close()
+    ops = [(r["name"], r["event_idx"], r["dur_ns"]) for r in res.tables["tasks"].to_pylist()]
+    assert ops == [("aten::to", 2, 30_000)]
+
+
 def test_threads_follow_the_row_groups_and_are_restored(tiny) -> None:  # noqa: ANN001
     """A small job's graph is built on one DuckDB thread (a second one only spins) and the
     connection gets its own setting back; a big one keeps every thread the connection had."""
