@@ -39,10 +39,10 @@ def utilization(view: RankView, mode: str, bin_ns: int = BIN_NS) -> pa.Table:
     share = np.where(width > 0, busy / np.maximum(width, 1), 0.0)
     return pa.table(
         {
-            "job": pa.array([view.job] * n, pa.string()),
+            "job": pa.repeat(pa.scalar(view.job, pa.string()), n),
             "rank": pa.array(np.full(n, view.rank, np.int32)),
             "step": w.step[rep],
-            "mode": pa.array([mode] * n, pa.string()),
+            "mode": pa.repeat(pa.scalar(mode, pa.string()), n),
             "bin": b.astype(np.int32),
             "bin_start_ns": lo,
             "bin_ns": width,

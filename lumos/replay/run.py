@@ -147,9 +147,9 @@ def replay_graphs(
         parts.append(
             pa.table(
                 {
-                    "job": pa.array([job] * n, pa.string()),
+                    "job": pa.repeat(pa.scalar(job, pa.string()), n),
                     "rank": pa.array(inst.rank.astype(np.int32)),
-                    "mode": pa.array([inst.mode] * n, pa.string()),
+                    "mode": pa.repeat(pa.scalar(inst.mode, pa.string()), n),
                     "task": pa.array(inst.local_task),
                     "start_ns": pa.array(s.start_ns[:n]),
                     "end_ns": pa.array(s.end_ns[:n]),
