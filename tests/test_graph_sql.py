@@ -269,6 +269,19 @@ def test_inferred_stream_wait_within_timer_noise_and_causal(waits) -> None:  # n
     assert s[k2][0] == s[k1][1] + 2_000  # K1's end + the default 2 us gap
 
 
+def _replayed(tmp_path, job: str, events: list[dict]):  # noqa: ANN001, ANN202
+    """The replay of a trace of `events`, ingested as `job` into a fresh warehouse."""
+    trace = tmp_path / f"{job}.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    wh = tmp_path / "wh"
+    ingest([trace], warehouse=wh, job=job)
+    con = duckdb.connect(str(wh / "lumos.duckdb"), read_only=True)
+    try:
+        return replay_job(con, job)
+    finally:
+        con.close()
+
+
 def test_period_only_between_consecutive_steps(tmp_path) -> None:  # noqa: ANN001
     """A profiler that traces one step per cycle numbers them #2, #5, #8: the time from #2 to #5
     spans untraced steps, so it is no period; #5 to #6 is."""
@@ -280,16 +293,8 @@ def test_period_only_between_consecutive_steps(tmp_path) -> None:  # noqa: ANN00
         _x("ProfilerStep#6", "user_annotation", 470, 50),
         _x("aten::add", "cpu_op", 480, 20),
     ]
-    trace = tmp_path / "cycles.json"
-    trace.write_text(json.dumps({"traceEvents": events}))
-    wh = tmp_path / "wh"
-    ingest([trace], warehouse=wh, job="cycles")
-    con = duckdb.connect(str(wh / "lumos.duckdb"), read_only=True)
-    try:
-        replay_job(con, "cycles")
-        rows = con.sql("SELECT step, period_ns FROM iterations ORDER BY step").fetchall()
-    finally:
-        con.close()
+    its = _replayed(tmp_path, "cycles", events).tables["iterations"].to_pylist()
+    rows = sorted((r["step"], r["period_ns"]) for r in its)
     assert rows == [(2, None), (5, 70_000), (6, None)]
 
 
@@ -302,15 +307,7 @@ def test_a_group_is_named_by_its_outermost_op_whatever_the_file_order(tmp_path) 
         _x("aten::to", "cpu_op", 110, 30),
         _x("aten::empty", "cpu_op", 112, 3),
     ]
-    trace = tmp_path / "child_first.json"
-    trace.write_text(json.dumps({"traceEvents": events}))
-    wh = tmp_path / "wh"
-    ingest([trace], warehouse=wh, job="child_first")
-    con = duckdb.connect(str(wh / "lumos.duckdb"), read_only=True)
-    try:
-        res = replay_job(con, "child_first")
-    finally:
-        con.close()
+    res = _replayed(tmp_path, "child_first", events)
     ops = [(r["name"], r["event_idx"], r["dur_ns"]) for r in res.tables["tasks"].to_pylist()]
     assert ops == [("aten::to", 2, 30_000)]
 
