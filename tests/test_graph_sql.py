@@ -104,6 +104,18 @@ def test_deps_launch_by_correlation(tiny) -> None:  # noqa: ANN001
     ]
 
 
+@pytest.mark.parametrize("runtime", ["xpu_runtime", "privateuse1_runtime", "hip_runtime"])
+def test_other_backends_runtime_calls_launch_by_correlation(tmp_path, runtime: str) -> None:  # noqa: ANN001
+    """Intel XPU, out-of-tree (PrivateUse1) and AMD traces name their host runtime category
+    otherwise: the same calls give the same tasks and launch edges as on CUDA."""
+    events = [{**e, "cat": runtime} if e["cat"] == "cuda_runtime" else e for e in EVENTS]
+    res = _replayed(tmp_path, "backend", events)
+    deps = [(r["src"], r["dst"], r["kind"]) for r in res.tables["deps"].to_pylist()]
+    assert sorted(deps, key=lambda d: d[1]) == [(1, 3, "launch"), (8, 10, "launch")]
+    roles = [r["role"] for r in res.tables["tasks"].to_pylist()]
+    assert roles.count("launch") == 2 and roles.count("stream_sync") == 2
+
+
 def test_iterations(tiny) -> None:  # noqa: ANN001
     con, _ = tiny
     got = con.sql(

@@ -23,6 +23,13 @@ CATEGORY_ALIASES: dict[str, str] = {
     "Trace": "trace",
     "hip_runtime": "cuda_runtime",
     "mtia_runtime": "cuda_runtime",
+    # the host-side runtime and driver calls of Intel GPUs and of out-of-tree backends (Kineto's
+    # XPU_RUNTIME / PRIVATEUSE1_RUNTIME activity types): a launch is matched to its device work
+    # by correlation, as on CUDA
+    "xpu_runtime": "cuda_runtime",
+    "xpu_driver": "cuda_driver",
+    "privateuse1_runtime": "cuda_runtime",
+    "privateuse1_driver": "cuda_driver",
     "mtia_ccp_events": "kernel",
 }
 
