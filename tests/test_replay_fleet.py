@@ -149,8 +149,11 @@ def test_a_failing_job_is_recorded_and_not_retried_until_it_changes(
 def test_a_pool_of_workers_gives_the_serial_results(tmp_path: Path, examples: Path) -> None:
     wh = tmp_path / "wh"
     _ok(lumos("ingest", str(examples / "gpt_cpu"), "--warehouse", str(wh)))
-    for i, f in enumerate(sorted((examples / "dlrm_8rank").glob("*.gz"))[:3]):
+    dlrm = sorted((examples / "dlrm_8rank").glob("*.gz"))
+    for i, f in enumerate(dlrm[:3]):
         _ok(lumos("ingest", str(f), "--job", f"dlrm_{i}", "--warehouse", str(wh)))
+    # a multi-rank job: its collectives open the catalog a second time inside the worker
+    _ok(lumos("ingest", *map(str, dlrm[3:5]), "--job", "dlrm_pair", "--warehouse", str(wh)))
 
     def tables() -> dict[str, list[dict]]:
         con = duckdb.connect(str(wh / "lumos.duckdb"), read_only=True)
@@ -164,14 +167,14 @@ def test_a_pool_of_workers_gives_the_serial_results(tmp_path: Path, examples: Pa
 
     done: list[tuple[str, int, int]] = []
     serial = replay_fleet(wh, on_job=lambda o, i, n: done.append((o.job, i, n)))
-    assert serial.count("replayed") == 4 and not serial.failed
-    assert [i for _, i, _ in done] == [1, 2, 3, 4] and {n for *_, n in done} == {4}
+    assert serial.count("replayed") == 5 and not serial.failed
+    assert [i for _, i, _ in done] == [1, 2, 3, 4, 5] and {n for *_, n in done} == {5}
     _ok(lumos("status", "--warehouse", str(wh)))  # rebuilds the catalog with the new views
     want = tables()
     assert want["iteration_replay"]
 
     pooled = replay_fleet(wh, force=True, workers=2)
-    assert pooled.count("replayed") == 4 and not pooled.failed
+    assert pooled.count("replayed") == 5 and not pooled.failed, pooled.outcomes
     assert [o.job for o in pooled.outcomes] == [o.job for o in serial.outcomes]
     assert tables() == want
 

@@ -232,8 +232,12 @@ _WORKER: dict[str, object] = {}
 def _init_worker(catalog: str, threads: int) -> None:
     import duckdb
 
-    # the pool's processes already share the cores: DuckDB's own threads would oversubscribe them
-    _WORKER["con"] = duckdb.connect(catalog, read_only=True, config={"threads": threads})
+    con = duckdb.connect(catalog, read_only=True)
+    # the pool's processes already share the cores: DuckDB's own threads would oversubscribe
+    # them. A setting, not a connect-time config: a multi-rank job's collectives open the same
+    # catalog again, and DuckDB refuses a second connection with another configuration.
+    con.execute(f"SET threads = {int(threads)}")
+    _WORKER["con"] = con
 
 
 def _replay_in_worker(root: str, inputs: JobInputs, explain: bool) -> JobOutcome:
