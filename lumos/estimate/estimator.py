@@ -380,26 +380,29 @@ class Estimator:
         the base's price, and the collective model scales it to the target's message and group
         (and the cores it time-shares)."""
         model = self.comm.allreduce_ns(tokens_bytes, cfg.tp, sync=True)
-        if not self._tp_anchor:
+        if self._tp_base is None:
             return model
+        price, base_model = self._tp_base
+        return price * model / base_model
+
+    @functools.cached_property
+    def _tp_base(self) -> tuple[float, float] | None:
+        """The base's measured price of one re-created TP all-reduce (its layers' TP collectives
+        over the all-reduces the transforms re-create in its own configuration, its cores'
+        time-sharing taken out) and the collective model's price of the same; None when there is
+        nothing to anchor on (no TP collectives in the layers, or the model prices them at 0)."""
+        if self._tp_comm is None:
+            return None
         b = self.base
+        n = int(np.count_nonzero(self.graph(self.structure(b)).cls == cls_tp_ar(b.pp)))
+        if not n:
+            return None
         base_model = self.comm.allreduce_ns(
             b.micro_batch * b.seq * b.hidden * b.dtype_bytes, b.tp, sync=True
         )
         if base_model <= 0:
-            return model
-        shared = self.contention.time_share(_world(b))
-        return self._tp_anchor / shared * model / base_model
-
-    @functools.cached_property
-    def _tp_anchor(self) -> float:
-        """The base's TP collectives in its layers over the all-reduces the transforms re-create
-        in its own configuration: the base's price of one (0: none to price)."""
-        if self._tp_comm is None:
-            return 0.0
-        eg = self.graph(self.structure(self.base))
-        n = int(np.count_nonzero(eg.cls == cls_tp_ar(self.base.pp)))
-        return self._tp_comm / n if n else 0.0
+            return None
+        return self._tp_comm / n / self.contention.time_share(_world(b)), base_model
 
     def _fixed(self, s: Structure) -> np.ndarray:
         """The ops' per-call parts in structure s: with a tensor subclass's dispatch and the
