@@ -47,6 +47,7 @@ from warehouse.jobs import (
 )
 from warehouse.layout import PARQUET_COMPRESSION, SCHEMA_FILE, Layout, encode_job
 from warehouse.manifest import Manifest, append_rows, commit_lock, compact, read_manifest
+from warehouse.readers.columns import POOL
 from warehouse.schema import EVENTS, TRACE_META
 
 __all__ = ["FileOutcome", "IngestProgress", "IngestReport", "ingest"]
@@ -233,6 +234,7 @@ def _events_writer(path: str) -> pq.ParquetWriter:
         compression=PARQUET_COMPRESSION,
         use_dictionary=EVENT_DICTIONARY_COLUMNS,
         write_statistics=EVENT_STATISTICS_COLUMNS,
+        memory_pool=POOL,
     )
 
 

@@ -16,6 +16,12 @@ from warehouse.readers.jit import kernel
 from warehouse.readers.numbers import int_value
 from warehouse.readers.strings import str_value
 
+# Columns are allocated from the C library's allocator, not Arrow's default (mimalloc), which
+# hands blocks of a chunk's size back to the OS when they are freed: every chunk then faulted in
+# fresh pages for the kernel to zero (perf on a 1 GB read: 7% in clear_page_erms). glibc keeps
+# freed blocks for the next chunk. The Parquet writer uses the same pool for its buffers.
+POOL = pa.system_memory_pool()
+
 
 @kernel
 def convert(
@@ -106,9 +112,9 @@ class _PoolOut:
 
     def __init__(self, n_int: int, n_str: int, n: int, data_bytes: int) -> None:
         self.n = n
-        self.ints_buf = pa.allocate_buffer(max(n_int * n * 8, 1))
-        self.soff_buf = pa.allocate_buffer(max(n_str * (n + 1) * 4, 1))
-        self.sout_buf = pa.allocate_buffer(max(data_bytes, 1))
+        self.ints_buf = pa.allocate_buffer(max(n_int * n * 8, 1), memory_pool=POOL)
+        self.soff_buf = pa.allocate_buffer(max(n_str * (n + 1) * 4, 1), memory_pool=POOL)
+        self.sout_buf = pa.allocate_buffer(max(data_bytes, 1), memory_pool=POOL)
         self.ints = np.frombuffer(self.ints_buf, np.int64, n_int * n).reshape(n_int, n)
         self.soff = np.frombuffer(self.soff_buf, np.int32, n_str * (n + 1)).reshape(n_str, n + 1)
         self.sout = np.frombuffer(self.sout_buf, np.uint8)
