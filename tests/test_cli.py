@@ -142,17 +142,21 @@ def test_an_empty_job_folder_among_others_is_skipped(tmp_path: Path, examples: P
     assert "gpt_cpu" in jobs.stdout and "later" not in jobs.stdout
 
 
-def test_replay_and_explain_say_why_a_job_has_no_iteration(
+def test_a_trace_without_profiler_steps_replays_and_explains_its_whole_capture(
     shared_traces: Path, tmp_path: Path
 ) -> None:
-    """A trace recorded without the profiler's step schedule (no ProfilerStep#N) replays to
-    nothing: both commands say so instead of printing an empty table."""
+    """A trace recorded without the profiler's step schedule (no ProfilerStep#N) replays as one
+    iteration, step 0, the whole capture: replay prints its row and says what it stands for,
+    explain breaks it down."""
     wh = str(tmp_path / "wh")
     trace = shared_traces / "hta/critical_path/simple_add"
     assert lumos("ingest", str(trace), "--job", "nostep", "--warehouse", wh).returncode == 0
     res = lumos("replay", "--job", "nostep", "--warehouse", wh)
     assert res.returncode == 0, res.stderr
-    assert "job 'nostep': no ProfilerStep#N span" in res.stderr
+    assert "job 'nostep': no ProfilerStep#N span in its trace: step 0 is the whole capture" in (
+        res.stderr
+    )
+    assert any(line.split()[:3] == ["nostep", "0", "cpu_step"] for line in res.stdout.splitlines())
     res = lumos("explain", "--job", "nostep", "--warehouse", wh)
-    assert res.returncode == 2
-    assert "no iteration to explain" in res.stderr
+    assert res.returncode == 0, res.stderr
+    assert "nostep" in res.stdout

@@ -294,6 +294,8 @@ ITERATIONS = pa.schema(
         pa.field("n_missing_gpu", pa.int64()),
         pa.field("warmup", pa.bool_()),
         pa.field("truncated", pa.bool_()),
+        # the trace has no ProfilerStep: step 0 is the whole capture (graph/iterations.sql)
+        pa.field("whole_capture", pa.bool_()),
     ]
 )
 TABLES["iterations"] = ITERATIONS

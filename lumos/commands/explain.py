@@ -59,8 +59,8 @@ def _run(args: argparse.Namespace) -> int:
     if not bd and not crit:
         if args.rank is None and args.step is None:
             print(
-                f"lumos explain: job {args.job!r} has no iteration to explain (no "
-                "ProfilerStep#N span in its trace)",
+                f"lumos explain: job {args.job!r} has no iteration to explain (no CPU "
+                "operation in its trace)",
                 file=sys.stderr,
             )
         else:

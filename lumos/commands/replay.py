@@ -133,14 +133,28 @@ def _print_table(shown: list) -> None:
 
 
 def _nothing_scored(outcome, quality) -> str | None:  # noqa: ANN001
-    """Why a replayed job has no row in the table above (None when it has some)."""
-    if quality.num_rows or outcome.n_iterations is None:
+    """Why a replayed job has no row in the table above, or what its one row stands for (None
+    when it has per-step rows)."""
+    if outcome.n_iterations is None:
         return None
     if outcome.n_iterations == 0:
         return (
-            "no ProfilerStep#N span in its trace, so there is no iteration to replay; "
+            "no CPU operation or runtime call in its trace, so there is no iteration to replay; "
             "profile with torch.profiler.schedule and call prof.step() every iteration"
         )
+    if outcome.whole_capture:
+        unscored = (
+            ""
+            if quality.num_rows
+            else ", not scored: it launches GPU work the capture does not hold (truncated)"
+        )
+        return (
+            "no ProfilerStep#N span in its trace: step 0 is the whole capture (its busiest CPU "
+            f"thread, first to last operation){unscored}; profile with torch.profiler.schedule "
+            "and call prof.step() every iteration for per-iteration figures"
+        )
+    if quality.num_rows:
+        return None
     return (
         f"all {outcome.n_iterations} traced step(s) are warm-up or truncated, so none is scored "
         "(the first traced step is warm-up; profile a few more steps)"

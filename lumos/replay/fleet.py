@@ -97,6 +97,8 @@ class JobOutcome:
     seconds: float = 0.0
     n_tasks: int | None = None
     n_iterations: int | None = None  # traced steps found ('replayed' only)
+    # the trace has no ProfilerStep: its one iteration is the whole capture ('replayed' only)
+    whole_capture: bool | None = None
 
     @property
     def failed(self) -> bool:
@@ -190,6 +192,7 @@ def replay_one(
         out.quality = res.tables["replay_quality"]
         out.n_tasks = res.tables["tasks"].num_rows
         out.n_iterations = res.tables["iterations"].num_rows
+        out.whole_capture = any(res.tables["iterations"].column("whole_capture").to_pylist())
     except Exception as exc:  # noqa: BLE001 - recorded in replay_runs and reported per job
         out.status, out.error = "failed", f"{type(exc).__name__}: {exc}"
     out.seconds = time.perf_counter() - started

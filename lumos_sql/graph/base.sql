@@ -37,14 +37,25 @@ SELECT rank, event_idx, cat, name, device, stream, correlation, ts_ns, end_ns, d
 FROM g_ev
 WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND stream IS NOT NULL;
 
--- 3. runtime calls: the outermost call when calls nest; hip*, cuda*, legacy all in cuda_runtime
+-- 3. runtime calls: the outermost call when calls nest; hip*, cuda*, legacy all in cuda_runtime.
+--    A runtime event whose span holds the start of a top-level operator of its own thread is a
+--    region around that work, not a call (MTIA's `predictor_executor::run` and `gif_merge` wrap
+--    the operators they run): it is no task, the operators inside it are. Kept as a task, it
+--    held its thread for its whole span and every operator inside waited for its end (an MTIA
+--    capture replayed 60 % long).
 CREATE OR REPLACE TEMP TABLE g_rt0 AS
-WITH r AS (
+WITH c AS (
+    SELECT c.rank, c.pid, c.tid, c.event_idx, c.name, c.ts_ns, c.end_ns, c.dur_ns, c.correlation,
+           n.ts_ns AS next_op_ns
+    FROM (SELECT * FROM g_ev WHERE cat IN ('cuda_runtime', 'cuda_driver')) AS c
+    ASOF LEFT JOIN (SELECT rank, pid, tid, ts_ns FROM g_groups) AS n
+      ON n.rank = c.rank AND n.pid = c.pid AND n.tid = c.tid AND c.ts_ns < n.ts_ns
+), r AS (
     SELECT rank, pid, tid, event_idx, name, ts_ns, end_ns, dur_ns, correlation,
            max(end_ns) OVER (PARTITION BY rank, pid, tid ORDER BY ts_ns, end_ns DESC, event_idx
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max_end
-    FROM g_ev
-    WHERE cat IN ('cuda_runtime', 'cuda_driver')
+    FROM c
+    WHERE next_op_ns IS NULL OR next_op_ns >= end_ns
 )
 SELECT r.* EXCLUDE (prev_max_end),
        g.device AS l_device, g.stream AS l_stream, g.cat AS l_cat, g.name AS l_name,

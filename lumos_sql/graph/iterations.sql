@@ -13,6 +13,10 @@
 --   before its GPU work ran), or its CPU span is under half the median of the rank's steps (a step
 --   the profiler cut short, e.g. 0.05 ms against 9.29 ms).
 -- complete = neither; replay accuracy is reported on complete steps.
+-- * whole_capture: a rank whose trace has no ProfilerStep (a profiler used without a schedule, or
+--   around a loop that never calls prof.step()) gets one iteration, step 0: the whole capture, as
+--   its busiest CPU thread saw it (the thread whose top-level operators and runtime calls cover
+--   the most time; first start to last end), so its replay is still compared with the trace.
 CREATE OR REPLACE TEMP TABLE g_steps AS
 WITH s AS (
     SELECT rank, pid, tid, ts_ns, end_ns,
@@ -25,6 +29,41 @@ SELECT rank, step, any_value(pid) AS pid, any_value(tid) AS tid,
 FROM s
 WHERE step IS NOT NULL
 GROUP BY rank, step;
+
+CREATE OR REPLACE TEMP TABLE g_capture AS
+WITH spans AS (
+    SELECT rank, pid, tid, ts_ns, end_ns FROM g_groups
+    WHERE rank NOT IN (SELECT rank FROM g_steps)
+    UNION ALL
+    SELECT rank, pid, tid, ts_ns, end_ns FROM g_rt1
+    WHERE rank NOT IN (SELECT rank FROM g_steps)
+), runs AS (
+    -- merged intervals per thread: a span starts a run when it begins after every earlier end
+    SELECT *,
+           sum(CASE WHEN prev_max_end IS NULL OR prev_max_end < ts_ns THEN 1 ELSE 0 END)
+               OVER (PARTITION BY rank, pid, tid ORDER BY ts_ns, end_ns DESC
+                     ROWS UNBOUNDED PRECEDING) AS run
+    FROM (SELECT *,
+                 max(end_ns) OVER (PARTITION BY rank, pid, tid ORDER BY ts_ns, end_ns DESC
+                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                     AS prev_max_end
+          FROM spans)
+), threads AS (
+    -- busy = time covered by the thread's operators and calls; ties: the lowest pid, tid
+    SELECT rank, pid, tid, sum(run_end - run_start) AS busy_ns,
+           min(run_start) AS cpu_start_ns, max(run_end) AS cpu_end_ns
+    FROM (SELECT rank, pid, tid, run, min(ts_ns) AS run_start, max(end_ns) AS run_end
+          FROM runs GROUP BY ALL)
+    GROUP BY ALL
+)
+SELECT rank, CAST(0 AS BIGINT) AS step,
+       arg_max(pid, (busy_ns, -pid, -tid)) AS pid, arg_max(tid, (busy_ns, -pid, -tid)) AS tid,
+       arg_max(cpu_start_ns, (busy_ns, -pid, -tid)) AS cpu_start_ns,
+       arg_max(cpu_end_ns, (busy_ns, -pid, -tid)) AS cpu_end_ns
+FROM threads
+GROUP BY rank;
+
+INSERT INTO g_steps SELECT * FROM g_capture;
 
 CREATE OR REPLACE TEMP TABLE g_steps2 AS
 SELECT *,
@@ -87,7 +126,8 @@ SELECT
     coalesce(m.n_missing, 0) AS n_missing_gpu,
     (s.ordinal = 0 AND s.n_steps > 1) AS warmup,
     (coalesce(m.n_missing, 0) > 0
-     OR (s.cpu_end_ns - s.cpu_start_ns) < 0.5 * s.median_cpu_ns) AS truncated
+     OR (s.cpu_end_ns - s.cpu_start_ns) < 0.5 * s.median_cpu_ns) AS truncated,
+    s.rank IN (SELECT rank FROM g_capture) AS whole_capture
 FROM g_steps2 AS s
 LEFT JOIN g_gpu_step AS g USING (rank, step)
 LEFT JOIN g_missing_step AS m USING (rank, step)
