@@ -34,7 +34,8 @@ WITH pieces AS (
                FROM g_rt_in WHERE grp IS NOT NULL GROUP BY ALL) AS x
       USING (rank, pid, tid, grp)
 ), calls AS (
-    SELECT r.*, c.launch_call_ns, c.sync_lat_ns
+    SELECT r.*, c.launch_call_ns, c.sync_lat_ns,
+           coalesce(r.role = 'launch' AND r.l_ts < r.end_ns - c.launch_call_ns, FALSE) AS early
     FROM g_rt_in AS r
     LEFT JOIN g_const AS c ON c.rank = r.rank AND c.device = coalesce(r.t_device, r.l_device)
 )
@@ -46,7 +47,20 @@ UNION ALL
 SELECT rank, pid, tid, event_idx, name, ts_ns, end_ns, role, 1, correlation, t_device, t_stream,
        CASE WHEN role IN ('stream_sync', 'device_sync', 'event_sync')
             THEN least(dur_ns, coalesce(sync_lat_ns, dur_ns)) ELSE dur_ns END
-FROM calls WHERE role <> 'blocking_copy'
+FROM calls WHERE role <> 'blocking_copy' AND NOT early
+UNION ALL
+-- a launch call whose GPU task started more than a whole launch call (the rank's median) before
+-- the call returned had submitted it long before: its first launch_call_ns carry the launch, the
+-- rest of the call is a tail on its thread (trace_file_list: a 1.4 ms first call whose kernel ran
+-- 12 us into it; as one task, its kernel waited for the call's end, in the identity check too).
+-- A kernel starting just before its call returns says nothing of where the call's time went.
+SELECT rank, pid, tid, event_idx, name, ts_ns, ts_ns + launch_call_ns, role, 1, correlation,
+       t_device, t_stream, launch_call_ns
+FROM calls WHERE early
+UNION ALL
+SELECT rank, pid, tid, event_idx, name, ts_ns + launch_call_ns, end_ns, 'runtime', 2, NULL,
+       NULL, NULL, dur_ns - launch_call_ns
+FROM calls WHERE early
 UNION ALL
 SELECT rank, pid, tid, event_idx, name, ts_ns,
        ts_ns + least(dur_ns, coalesce(launch_call_ns, dur_ns)), 'copy_issue', 1,
