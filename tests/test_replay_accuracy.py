@@ -179,3 +179,25 @@ def test_each_rule_matters(real_wh, kind: str) -> None:  # noqa: ANN001
         if any(abl.get(m, float("inf")) > base[m] + 1e-4 for m in base) or "deadlock" in abl:
             return
     pytest.fail(f"removing {kind} changed no trace's replay")
+
+
+def test_a_large_jobs_lean_build_gives_the_same_replay(replays, real_wh, monkeypatch) -> None:  # noqa: ANN001
+    """From LEAN_EVENTS graph events on, the build drops each intermediate table once nothing
+    reads it any more (and hands DuckDB's memory back): the replay is the same, and only the
+    graph's results are left on the connection."""
+    import lumos.replay.run as run
+
+    wh, con = real_wh
+    full = replays("control")  # the default build: control's 109k events are below LEAN_EVENTS
+    monkeypatch.setattr(run, "LEAN_EVENTS", 0)
+    lean = replay_job(con, "control")
+    left = {
+        name
+        for (name,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name LIKE 'g%'"
+        ).fetchall()
+    }
+    assert left <= set(run.GRAPH_RESULTS) | {"g_iter_rel"}, left
+    assert "g_ev" not in left and "g_tasks0" not in left
+    for name in ("tasks", "deps", "schedules", "iteration_replay", "replay_quality"):
+        assert lean.tables[name].equals(full.tables[name]), name
