@@ -11,6 +11,7 @@ instance joined by the matched collectives (`lumos.replay.multirank`).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Collection, Sequence
@@ -53,6 +54,7 @@ GRAPH_RESULTS = ("iterations", "tasks", "deps", "kernels", "g_slack")
 _STEPS = (*GRAPH_SCRIPTS, "const_table", *GRAPH_SCRIPTS_AFTER_CONST)
 
 
+@functools.cache
 def _last_uses() -> dict[str, tuple[str, ...]]:
     """Per script, the temp tables no later script mentions (the results excepted): the job's
     events are held several times over by the intermediate tables, and each is dropped as soon
@@ -72,19 +74,16 @@ def _last_uses() -> dict[str, tuple[str, ...]]:
     return {name: tuple(sorted(tables)) for name, tables in out.items()}
 
 
-_DROP_AFTER = _last_uses()
-
-
 # From this many graph events on, a job's build drops each intermediate table once nothing reads
 # it and hands the memory back (a 4.1M-event job: peak RSS of the whole replay 2.68 -> 1.77 GB).
 # Below it the job is small and the drops only cost time (df_index_resolver, 123k events: +10%).
 LEAN_EVENTS = 1_000_000
 
 
-def _script(con, name: str, lean: bool = False) -> None:  # noqa: ANN001
+def _script(con, name: str, lean: bool) -> None:  # noqa: ANN001
     con.execute(lumos_sql.load(f"graph/{name}"))
-    if lean and _DROP_AFTER[name]:
-        for table in _DROP_AFTER[name]:
+    if lean and _last_uses()[name]:
+        for table in _last_uses()[name]:
             con.execute(f"DROP TABLE IF EXISTS {table}")
         _release_memory(con)
 

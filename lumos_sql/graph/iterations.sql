@@ -33,10 +33,8 @@ GROUP BY rank, step;
 CREATE OR REPLACE TEMP TABLE g_capture AS
 WITH spans AS (
     SELECT rank, pid, tid, ts_ns, end_ns FROM g_groups
-    WHERE rank NOT IN (SELECT rank FROM g_steps)
     UNION ALL
     SELECT rank, pid, tid, ts_ns, end_ns FROM g_rt1
-    WHERE rank NOT IN (SELECT rank FROM g_steps)
 ), runs AS (
     -- merged intervals per thread: a span starts a run when it begins after every earlier end
     SELECT *,
@@ -47,21 +45,20 @@ WITH spans AS (
                  max(end_ns) OVER (PARTITION BY rank, pid, tid ORDER BY ts_ns, end_ns DESC
                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
                      AS prev_max_end
-          FROM spans)
+          FROM spans
+          WHERE rank NOT IN (SELECT rank FROM g_steps))
 ), threads AS (
-    -- busy = time covered by the thread's operators and calls; ties: the lowest pid, tid
+    -- busy = time covered by the thread's operators and calls
     SELECT rank, pid, tid, sum(run_end - run_start) AS busy_ns,
            min(run_start) AS cpu_start_ns, max(run_end) AS cpu_end_ns
     FROM (SELECT rank, pid, tid, run, min(ts_ns) AS run_start, max(end_ns) AS run_end
           FROM runs GROUP BY ALL)
     GROUP BY ALL
 )
-SELECT rank, CAST(0 AS BIGINT) AS step,
-       arg_max(pid, (busy_ns, -pid, -tid)) AS pid, arg_max(tid, (busy_ns, -pid, -tid)) AS tid,
-       arg_max(cpu_start_ns, (busy_ns, -pid, -tid)) AS cpu_start_ns,
-       arg_max(cpu_end_ns, (busy_ns, -pid, -tid)) AS cpu_end_ns
+-- the busiest thread of each rank; ties: the lowest pid, tid
+SELECT rank, CAST(0 AS BIGINT) AS step, pid, tid, cpu_start_ns, cpu_end_ns
 FROM threads
-GROUP BY rank;
+QUALIFY row_number() OVER (PARTITION BY rank ORDER BY busy_ns DESC, pid, tid) = 1;
 
 INSERT INTO g_steps SELECT * FROM g_capture;
 
