@@ -7,15 +7,65 @@ helpers a few times per JSON token, and those atomics were 65% of the scan's tim
 buffer comes from the caller), so they need no reference counting: `_nrt=False` turns it off, and
 any allocation inside them fails at compile time instead of leaking. numba is pinned
 (pyproject.toml) because `_nrt` is a private option.
+
+The kernels call helpers across this package's modules (`swar` inside `fused` and `columns`, ...),
+and numba keys a cached kernel by the hash of its own file only: an edited helper left the
+callers' cached machine code in use. `_PackageLocator` keys them by all of the package's sources.
 """
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Callable
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numba
+from numba.core import caching
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+@cache
+def _package_stamp(stamps: tuple[tuple[str, int, int], ...]) -> bytes:
+    digest = hashlib.sha256()
+    for name, _, _ in stamps:
+        digest.update(name.encode())
+        digest.update((_PACKAGE / name).read_bytes())
+    return digest.digest()
+
+
+class _PackageLocator(caching.InTreeCacheLocator):
+    """numba's in-tree (or NUMBA_CACHE_DIR) cache place for this package's kernels, keyed by
+    every source file of the package rather than the kernel's own file."""
+
+    def get_source_stamp(self) -> bytes:
+        stamps = []
+        for p in sorted(_PACKAGE.glob("*.py")):
+            st = p.stat()
+            stamps.append((p.name, st.st_mtime_ns, st.st_size))
+        return _package_stamp(tuple(stamps))
+
+    @classmethod
+    def from_function(cls, py_func: Any, py_file: str) -> Any:
+        if Path(py_file).resolve().parent != _PACKAGE:
+            return None
+        self = cls(py_func, py_file)
+        if numba.config.CACHE_DIR:
+            self._cache_path = str(
+                Path(numba.config.CACHE_DIR) / self.get_suitable_cache_subpath(py_file)
+            )
+        try:
+            self.ensure_cache_path()
+        except OSError:
+            return None  # numba's own locators find another place
+        return self
+
+
+if _PackageLocator not in caching.CacheImpl._locator_classes:
+    caching.CacheImpl._locator_classes.insert(0, _PackageLocator)
 
 
 def _skip_blas_probe() -> None:
