@@ -8,6 +8,7 @@ as their JSON text, depending on the column's mode.
 from __future__ import annotations
 
 from warehouse.readers.jit import kernel
+from warehouse.readers.swar import copy_bytes, skip_plain
 
 G_STRICT = 0  # a string or null; anything else is an error (ph, name, cat, bp)
 G_ONLY_STR = 1  # strings; other values → null (pid/tid labels)
@@ -95,16 +96,6 @@ def _unescape(buf, a, b, out, o):  # pragma: no cover - numba
 
 
 @kernel
-def _copy(buf, a, b, out, o):  # pragma: no cover - numba
-    # a loop, not a slice assignment: numba copies through a temporary when slices may overlap,
-    # which needs an allocation (these kernels have none) and costs more for short values
-    for q in range(a, b):
-        out[o] = buf[q]
-        o += 1
-    return o
-
-
-@kernel
 def str_value(buf, a, b, mode, out, o):  # pragma: no cover - numba
     """Append the value span buf[a:b] (a < 0: absent) to out[o:]: (new o, present, error code)."""
     if a < 0:
@@ -112,14 +103,15 @@ def str_value(buf, a, b, mode, out, o):  # pragma: no cover - numba
     c = buf[a]
     if c == 34:
         if mode == G_RAW:
-            return _copy(buf, a, b, out, o), True, 0
-        # copy while looking for an escape; from the first one on, the slow path
-        for q in range(a + 1, b - 1):
-            c = buf[q]
-            if c == 92:
-                return _unescape(buf, q, b - 1, out, o), True, 0
-            out[o] = c
-            o += 1
+            return copy_bytes(buf, a, b, out, o), True, 0
+        # the content holds no quote or control byte (validated): the first special byte is an
+        # escape; up to it the bytes are copied as they are, from it on unescaped
+        q = skip_plain(buf, a + 1, b - 1)
+        while q < b - 1 and buf[q] != 92:
+            q += 1
+        o = copy_bytes(buf, a + 1, q, out, o)
+        if q < b - 1:
+            return _unescape(buf, q, b - 1, out, o), True, 0
         return o, True, 0
     if c == 110 and b - a == 4:  # null
         return o, False, 0
@@ -127,4 +119,4 @@ def str_value(buf, a, b, mode, out, o):  # pragma: no cover - numba
         return o, False, E_NOT_STRING
     if mode == G_ONLY_STR:
         return o, False, 0
-    return _copy(buf, a, b, out, o), True, 0
+    return copy_bytes(buf, a, b, out, o), True, 0
