@@ -41,8 +41,7 @@ M_LENIENT = 2
 
 _INT64_MAX = np.int64(9223372036854775807)
 _POW10 = np.array([10**k for k in range(19)], dtype=np.int64)
-# the largest mantissa that each power of ten can scale without overflow: a table lookup instead
-# of a 64-bit division per value (which was most of the time of parsing a timestamp)
+# the largest mantissa that each power of ten can scale without overflow (a lookup, not a division)
 _SCALE_LIMIT = np.array([(2**63 - 1) // 10**k for k in range(19)], dtype=np.int64)
 
 
