@@ -7,6 +7,9 @@ not per event.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -23,10 +26,35 @@ def normalise(cat: str | None) -> str:
     return CATEGORY_ALIASES.get(cat, cat)
 
 
-def normalise_column(cat_raw: pa.Array) -> pa.Array:
-    """Normalised categories of a raw `cat` column, as a plain string column."""
+@dataclass(frozen=True)
+class EncodedCategories:
+    """A chunk's raw `cat` column encoded once: the normalised column, and per row the index of
+    its raw category in `raw` (`len(raw)` for an event without one), which the reader's
+    accounting counts instead of hashing the strings again."""
+
+    cat: pa.Array
+    raw: list[str]
+    codes: np.ndarray
+
+    def raw_counts(self) -> dict[str | None, int]:
+        counts = np.bincount(self.codes, minlength=len(self.raw) + 1)
+        out: dict[str | None, int] = {
+            r: int(c) for r, c in zip(self.raw, counts[:-1], strict=True) if c
+        }
+        if counts[-1]:
+            out[None] = int(counts[-1])
+        return out
+
+    def rows_in(self, normalised: tuple[str, ...]) -> np.ndarray:
+        """Per row, whether its normalised category is one of `normalised`."""
+        hit = np.array([normalise(r) in normalised for r in self.raw] + [False], dtype=bool)
+        return hit[self.codes]
+
+
+def encode_categories(cat_raw: pa.Array) -> EncodedCategories:
+    """Normalise a raw `cat` column through its dictionary (cost per distinct category)."""
     encoded = pc.dictionary_encode(cat_raw)
-    mapped = pa.array([normalise(c) for c in encoded.dictionary.to_pylist()], pa.string())
-    indices = encoded.indices.fill_null(len(mapped))
-    mapped = pa.concat_arrays([mapped, pa.array([""], pa.string())])
-    return mapped.take(indices)
+    raw = encoded.dictionary.to_pylist()
+    mapped = pa.array([normalise(c) for c in raw] + [""], pa.string())
+    codes = encoded.indices.fill_null(len(raw))
+    return EncodedCategories(mapped.take(codes), raw, codes.to_numpy())

@@ -20,7 +20,7 @@ import pyarrow as pa
 from warehouse.errors import MalformedTrace
 from warehouse.readers import numbers as nb
 from warehouse.readers import strings as st
-from warehouse.readers.categories import normalise_column
+from warehouse.readers.categories import EncodedCategories, encode_categories
 from warehouse.readers.columns import ColumnScratch, Plan
 from warehouse.readers.columns import run as columns_run
 from warehouse.readers.walker import FIELD, KEYS
@@ -115,9 +115,10 @@ def decode_spans(
     base: int,
     path: Path,
     scratch: Scratch | None = None,
-) -> pa.RecordBatch:
+) -> tuple[pa.RecordBatch, EncodedCategories]:
     """Columns of events already validated and walked by `fused.scan`: `starts`/`ends` are the
-    kept keys' spans in `buf`, one row per event; `base` = first event_idx."""
+    kept keys' spans in `buf`, one row per event; `base` = first event_idx. Also the chunk's
+    encoded categories, for the reader's per-category accounting."""
     scratch = scratch or Scratch()
     n_events = starts.shape[0]
     columns, (row, field, code) = columns_run(_PLAN, buf, starts, ends, totals, scratch.columns)
@@ -130,7 +131,9 @@ def decode_spans(
         problem = "is not a string" if key in _STRICT_STRING_KEYS else nb.ERROR_TEXT[code]
         raise MalformedTrace(path, f"event {base + row}: {where} = {text} {problem}")
     columns["event_idx"] = pa.array(np.arange(base, base + n_events, dtype=np.int64))
-    columns["cat"] = normalise_column(columns["cat_raw"])
-    return pa.RecordBatch.from_arrays(
+    cats = encode_categories(columns["cat_raw"])
+    columns["cat"] = cats.cat
+    batch = pa.RecordBatch.from_arrays(
         [columns[f.name] for f in READER_EVENTS], schema=READER_EVENTS
     )
+    return batch, cats

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from warehouse.errors import MalformedTrace, NotKinetoTrace
 from warehouse.readers import fused
 from warehouse.readers import scanner as sc
-from warehouse.readers.categories import LEGACY_CATEGORIES
+from warehouse.readers.categories import LEGACY_CATEGORIES, EncodedCategories
 from warehouse.readers.decode import Scratch, decode_spans, gc_paused
 from warehouse.readers.sniff import (
     HOST_ET_KEYS,
@@ -147,11 +147,11 @@ class KinetoTrace:
                             _check_utf8(self.path, bytes(arr[ev_start:ev_end]), offset + ev_start)
                         starts, ends, totals = scanner.spans()
                         with gc_paused():
-                            batch = decode_spans(
+                            batch, cats = decode_spans(
                                 arr, starts, ends, totals, n_events, self.path, scratch
                             )
                         n_events += batch.num_rows
-                        self._account(batch)
+                        self._account(batch, cats)
                         yield batch
                     clean = int(state[fused.S_CLEAN])
                     full = scanner.full()
@@ -265,10 +265,10 @@ class KinetoTrace:
             )
         self._complete_meta(n_events)
 
-    def _account(self, batch: pa.RecordBatch) -> None:
+    def _account(self, batch: pa.RecordBatch, cats: EncodedCategories) -> None:
         meta = self.meta
-        for row in pc.value_counts(batch.column("cat_raw")).to_pylist():
-            self._raw_cats[row["values"] if row["values"] is not None else ""] += row["counts"]
+        for raw, count in cats.raw_counts().items():
+            self._raw_cats[raw if raw is not None else ""] += count
         # Metadata events ('M') carry placeholder timestamps (often 0): not part of the span.
         timed = pc.not_equal(batch.column("ph").fill_null(""), "M")
         ts = pc.filter(batch.column("ts_ns"), timed)
@@ -278,8 +278,8 @@ class KinetoTrace:
             hi = pc.max(pc.add(ts, dur)).as_py()
             meta.first_ts_ns = lo if meta.first_ts_ns is None else min(meta.first_ts_ns, lo)
             meta.last_ts_ns = hi if meta.last_ts_ns is None else max(meta.last_ts_ns, hi)
-        on_device = pc.is_in(batch.column("cat"), pa.array(_DEVICE_CATS))
-        devices = pc.filter(batch.column("device"), on_device).drop_null()
+        on_device = cats.rows_in(_DEVICE_CATS)
+        devices = batch.column("device").filter(on_device).drop_null()
         for row in pc.value_counts(devices).to_pylist():
             self._gpu_devices[row["values"]] += row["counts"]
 
