@@ -135,7 +135,7 @@ def _is_hex(c):  # pragma: no cover - numba
     return (48 <= c <= 57) or (97 <= c <= 102) or (65 <= c <= 70)
 
 
-@kernel
+@kernel(inline=True)
 def _string(buf, i, n, err):  # pragma: no cover - numba
     """`buf[i]` follows an opening quote. End after the closing quote; -1 incomplete; -2 error."""
     while i < n:
@@ -192,7 +192,7 @@ def _digits(buf, j, n):  # pragma: no cover - numba
     return j
 
 
-@kernel
+@kernel(inline=True)
 def _number(buf, i, n, err):  # pragma: no cover - numba
     """A JSON number starting at `buf[i]`: its end; -1 incomplete; -2 error."""
     j = i
@@ -264,7 +264,7 @@ def _literal(buf, i, n, err):  # pragma: no cover - numba
     return i + m
 
 
-@kernel
+@kernel(inline=True)
 def _scalar(buf, i, n, err):  # pragma: no cover - numba
     c = buf[i]
     if c == 34:

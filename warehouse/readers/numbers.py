@@ -45,7 +45,7 @@ _POW10 = np.array([10**k for k in range(19)], dtype=np.int64)
 _SCALE_LIMIT = np.array([(2**63 - 1) // 10**k for k in range(19)], dtype=np.int64)
 
 
-@kernel
+@kernel(inline=True)
 def _number(buf, a, b, scale):  # pragma: no cover - numba
     """Parse the JSON number buf[a:b] × 10**scale. Returns (value, code, is_integer_text)."""
     p = a
@@ -213,7 +213,7 @@ def _int_in_string(buf, a, b, hex_ok):  # pragma: no cover - numba
     return (-v if neg else v), True, False
 
 
-@kernel
+@kernel(inline=True)
 def int_value(buf, a, b, scale, mode):  # pragma: no cover - numba
     """The value span buf[a:b] (a < 0: absent) as (value, present, error code)."""
     if a < 0:

@@ -95,7 +95,7 @@ def _unescape(buf, a, b, out, o):  # pragma: no cover - numba
     return o
 
 
-@kernel
+@kernel(inline=True)
 def str_value(buf, a, b, mode, out, o):  # pragma: no cover - numba
     """Append the value span buf[a:b] (a < 0: absent) to out[o:]: (new o, present, error code)."""
     if a < 0:
