@@ -55,6 +55,10 @@ def encode_categories(cat_raw: pa.Array) -> EncodedCategories:
     """Normalise a raw `cat` column through its dictionary (cost per distinct category)."""
     encoded = pc.dictionary_encode(cat_raw)
     raw = encoded.dictionary.to_pylist()
-    mapped = pa.array([normalise(c) for c in raw] + [""], pa.string())
+    normalised = [normalise(c) for c in raw]
     codes = encoded.indices.fill_null(len(raw))
-    return EncodedCategories(mapped.take(codes), raw, codes.to_numpy())
+    if normalised == raw:  # no alias applies (any trace of the current schema): no copy
+        cat = cat_raw if cat_raw.null_count == 0 else cat_raw.fill_null("")
+    else:
+        cat = pa.array(normalised + [""], pa.string()).take(codes)
+    return EncodedCategories(cat, raw, codes.to_numpy())
