@@ -6,9 +6,10 @@
 
 Inputs: the largest shared trace (hta/df_index_resolver, 54 MB of JSON), a ~1 GB trace made
 by repeating its events (written, uncompressed, to a temp dir, never into the repo), and the
-many-small-files case: the 18 gzip'd traces of tests/data/corpus (13 jobs) in one call. Each
-contender runs in its own subprocess; its wall time and peak RSS (ru_maxrss of that process)
-are taken, and the medians over --runs are printed with the ratios ours / HTA and ours / orjson.
+many-small-files case: the gzip'd traces of tests/data/corpus in one call. Each contender runs
+in its own subprocess; its wall time, CPU time and peak RSS (ru_maxrss of that process) are
+taken, the runs interleaved (round k runs every contender once), and the medians over --runs are
+printed with the ratios ours / HTA and ours / orjson.
 With --no-hta-large (HTA needs many GB and minutes on 1 GB), HTA is measured on a --mid-gb trace
 built the same way, alongside lumos, so a ratio is still printed. --markdown writes the table.
 Contenders: `lumos ingest` end to end (Parquet written), the lumos reader alone (Arrow batches),
@@ -185,9 +186,17 @@ def main() -> None:
                 contenders.pop("HTA 0.5.0")
             if args.only:
                 contenders = {k: v for k, v in contenders.items() if k in args.only}
-            for name, cmd in contenders.items():
-                walls, rsss, cpus = [], [], []
-                for r in range(args.runs):
+            # Runs are interleaved (each round runs every contender once), so a machine that
+            # slows down or speeds up during the bench moves every contender alike and the
+            # ratios stay fair; HTA's own time moved 9 % between two whole runs of the bench.
+            measured: dict[str, tuple[list[float], list[float], list[int]]] = {
+                name: ([], [], []) for name in contenders
+            }
+            failed: set[str] = set()
+            for r in range(args.runs):
+                for name, cmd in contenders.items():
+                    if name in failed:
+                        continue
                     env = None
                     if name.startswith("lumos ingest"):
                         wh = tmp / f"wh-{label}-{r}"
@@ -199,10 +208,13 @@ def main() -> None:
                         shutil.rmtree(tmp / f"wh-{label}-{r}", ignore_errors=True)
                     if res["rc"] != 0:
                         print(f"{name} on {label} failed: {res['stderr'][-500:]}", file=sys.stderr)
-                        break
+                        failed.add(name)
+                        continue
+                    walls, cpus, rsss = measured[name]
                     walls.append(res["wall"])
                     cpus.append(res["cpu"])
                     rsss.append(res["rss"])
+            for name, (walls, cpus, rsss) in measured.items():
                 if not walls:
                     continue
                 wall = statistics.median(walls)
