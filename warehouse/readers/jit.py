@@ -16,7 +16,7 @@ time (perf, 54 MB trace). Inlining `int_value`, `str_value`, the number parser a
 
 The kernels call helpers across this package's modules (`swar` inside `fused` and `columns`, ...),
 and numba keys a cached kernel by the hash of its own file only: an edited helper left the
-callers' cached machine code in use. `_PackageLocator` keys them by all of the package's sources.
+callers' cached machine code in use. `_PackageStamp` keys them by all of the package's sources.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ def _package_stamp(stamps: tuple[tuple[str, int, int], ...]) -> bytes:
     return digest.digest()
 
 
-class _PackageLocator(caching.InTreeCacheLocator):
-    """numba's in-tree (or NUMBA_CACHE_DIR) cache place for this package's kernels, keyed by
-    every source file of the package rather than the kernel's own file."""
+class _PackageStamp:
+    """Mixed into numba's locators: claims only this package's kernels and stamps them with the
+    hash of every source file of the package rather than the kernel's own file."""
 
     def get_source_stamp(self) -> bytes:
         stamps = []
@@ -58,20 +58,21 @@ class _PackageLocator(caching.InTreeCacheLocator):
     def from_function(cls, py_func: Any, py_file: str) -> Any:
         if Path(py_file).resolve().parent != _PACKAGE:
             return None
-        self = cls(py_func, py_file)
-        if numba.config.CACHE_DIR:
-            self._cache_path = str(
-                Path(numba.config.CACHE_DIR) / self.get_suitable_cache_subpath(py_file)
-            )
-        try:
-            self.ensure_cache_path()
-        except OSError:
-            return None  # numba's own locators find another place
-        return self
+        return super().from_function(py_func, py_file)  # type: ignore[misc]
 
 
-if _PackageLocator not in caching.CacheImpl._locator_classes:
-    caching.CacheImpl._locator_classes.insert(0, _PackageLocator)
+# numba's own order of places (NUMBA_CACHE_DIR, the package's __pycache__, the user's cache
+# folder), each with the package's stamp; tried before numba's own locators
+_LOCATORS = [
+    type(f"_Package{base.__name__}", (_PackageStamp, base), {})
+    for base in (
+        caching.UserProvidedCacheLocator,
+        caching.InTreeCacheLocator,
+        caching.UserWideCacheLocator,
+    )
+]
+if not any(issubclass(c, _PackageStamp) for c in caching.CacheImpl._locator_classes):
+    caching.CacheImpl._locator_classes[:0] = _LOCATORS
 
 
 def _skip_blas_probe() -> None:
