@@ -14,7 +14,8 @@ On the largest shared trace (df_index_resolver: 216k events, 5 steps, rank 1), i
   `critical_path_analysis(rank, "ProfilerStep", (first, last))` over all steps, the same scope.
 
 Each side: median of ``--runs`` runs of wall time and of CPU time (the process's, all threads)
-after one warm-up run (numba compiled and cached, Python imports done). Both are single-process;
+after one warm-up run (numba compiled and cached, Python imports done); the two sides' runs
+alternate, so a machine that drifts during the bench moves both alike. Both are single-process;
 the ratios are HTA / lumos. On a shared, loaded machine read the CPU ratio: lumos's DuckDB and
 numba use both cores and lose more wall time to other jobs than single-threaded HTA does.
 """
@@ -36,24 +37,35 @@ DEFAULT_TRACE = (
 )
 
 
-def _median(
-    fn: Callable[[], object], runs: int
-) -> tuple[float, list[float], object, float, list[float]]:
-    """Median wall time, the wall times, the last result, median CPU time, the CPU times.
+class _Side:
+    """One contender: a warmed-up `once`, and its wall and CPU times per run.
 
     CPU time (this process, all threads) is the fair figure when other jobs share the cores:
     wall time then measures the machine's load as much as the code."""
-    fn()  # warm-up
-    times, cpus, out = [], [], None
-    for _ in range(runs):
+
+    def __init__(self, once: Callable[[], object]) -> None:
+        self.once = once
+        self.times: list[float] = []
+        self.cpus: list[float] = []
+        self.out: object = once()  # warm-up: numba compiled and cached, imports done
+
+    def run(self) -> None:
         t0, c0 = time.perf_counter(), time.process_time()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-        cpus.append(time.process_time() - c0)
-    return statistics.median(times), times, out, statistics.median(cpus), cpus
+        self.out = self.once()
+        self.times.append(time.perf_counter() - t0)
+        self.cpus.append(time.process_time() - c0)
+
+    def medians(self) -> dict:
+        return {
+            "median_s": statistics.median(self.times),
+            "times": self.times,
+            "cpu_s": statistics.median(self.cpus),
+            "cpus": self.cpus,
+        }
 
 
-def lumos_side(trace: Path, work: Path, runs: int) -> dict:
+def lumos_side(trace: Path, work: Path) -> tuple[dict, _Side, Callable[[], None]]:
+    """Ingest once (timed apart); the side and a closer for its DuckDB connection."""
     import duckdb
 
     from lumos.explain.inputs import from_tables
@@ -73,20 +85,15 @@ def lumos_side(trace: Path, work: Path, runs: int) -> dict:
         return {"tasks": res.tables["tasks"].num_rows, "tables": tables, "res": res}
 
     try:
-        med, times, out, cpu, cpus = _median(once, runs)
-    finally:
+        side = _Side(once)
+    except BaseException:
         con.close()
-    return {
-        "ingest_s": t_ingest,
-        "median_s": med,
-        "times": times,
-        "cpu_s": cpu,
-        "cpus": cpus,
-        **out,
-    }
+        raise
+    return {"ingest_s": t_ingest}, side, con.close
 
 
-def hta_side(trace: Path, work: Path, runs: int, rank: int) -> dict:
+def hta_side(trace: Path, work: Path, rank: int) -> tuple[dict, _Side]:
+    """Parse once with HTA (timed apart); the side running its critical path over all steps."""
     logging.disable(logging.WARNING)  # HTA logs every step at INFO/WARNING
     from hta.trace_analysis import TraceAnalysis
 
@@ -101,18 +108,7 @@ def hta_side(trace: Path, work: Path, runs: int, rank: int) -> dict:
     def once() -> tuple:
         return ta.critical_path_analysis(rank, "ProfilerStep", (0, n_steps - 1))
 
-    med, times, (cp_graph, ok), cpu, cpus = _median(once, runs)
-    return {
-        "parse_s": t_parse,
-        "median_s": med,
-        "times": times,
-        "cpu_s": cpu,
-        "cpus": cpus,
-        "ok": ok,
-        "nodes": cp_graph.number_of_nodes(),
-        "edges": cp_graph.number_of_edges(),
-        "n_steps": n_steps,
-    }
+    return {"parse_s": t_parse, "n_steps": n_steps}, _Side(once)
 
 
 def _n_profiler_steps(ta, rank: int) -> int:  # noqa: ANN001
@@ -132,8 +128,24 @@ def main() -> None:
         raise SystemExit(f"{args.trace}: no such trace (pass --trace)")
     with tempfile.TemporaryDirectory(prefix="lumos-e2e-") as tmp:
         work = Path(tmp)
-        lum = lumos_side(args.trace, work, args.runs)
-        hta = hta_side(args.trace, work, args.runs, args.rank)
+        lum_info, lum_side, close = lumos_side(args.trace, work)
+        try:
+            hta_info, hta_side_ = hta_side(args.trace, work, args.rank)
+            # interleaved: a machine that drifts during the bench moves both sides alike
+            for _ in range(args.runs):
+                lum_side.run()
+                hta_side_.run()
+        finally:
+            close()
+    lum = {**lum_info, **lum_side.medians(), **lum_side.out}  # type: ignore[dict-item]
+    cp_graph, ok = hta_side_.out  # type: ignore[misc]
+    hta = {
+        **hta_info,
+        **hta_side_.medians(),
+        "ok": ok,
+        "nodes": cp_graph.number_of_nodes(),
+        "edges": cp_graph.number_of_edges(),
+    }
     model = [
         r
         for r in lum["res"].tables["replay_quality"].to_pylist()
