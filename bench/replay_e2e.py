@@ -128,20 +128,20 @@ def main() -> None:
         raise SystemExit(f"{args.trace}: no such trace (pass --trace)")
     with tempfile.TemporaryDirectory(prefix="lumos-e2e-") as tmp:
         work = Path(tmp)
-        lum_info, lum_side, close = lumos_side(args.trace, work)
+        lum_info, lum_runs, close = lumos_side(args.trace, work)
         try:
-            hta_info, hta_side_ = hta_side(args.trace, work, args.rank)
+            hta_info, hta_runs = hta_side(args.trace, work, args.rank)
             # interleaved: a machine that drifts during the bench moves both sides alike
             for _ in range(args.runs):
-                lum_side.run()
-                hta_side_.run()
+                lum_runs.run()
+                hta_runs.run()
         finally:
             close()
-    lum = {**lum_info, **lum_side.medians(), **lum_side.out}  # type: ignore[dict-item]
-    cp_graph, ok = hta_side_.out  # type: ignore[misc]
+    lum = {**lum_info, **lum_runs.medians(), **lum_runs.out}  # type: ignore[dict-item]
+    cp_graph, ok = hta_runs.out  # type: ignore[misc]
     hta = {
         **hta_info,
-        **hta_side_.medians(),
+        **hta_runs.medians(),
         "ok": ok,
         "nodes": cp_graph.number_of_nodes(),
         "edges": cp_graph.number_of_edges(),

@@ -36,13 +36,13 @@ class EncodedCategories:
     raw: list[str]
     codes: np.ndarray
 
-    def raw_counts(self) -> dict[str | None, int]:
+    def raw_counts(self) -> dict[str, int]:
+        """Events per raw category ('' for events without one, as `normalise` has it)."""
         counts = np.bincount(self.codes, minlength=len(self.raw) + 1)
-        out: dict[str | None, int] = {
-            r: int(c) for r, c in zip(self.raw, counts[:-1], strict=True) if c
-        }
-        if counts[-1]:
-            out[None] = int(counts[-1])
+        out: dict[str, int] = {}
+        for r, c in zip([*self.raw, ""], counts.tolist(), strict=True):
+            if c:
+                out[r] = out.get(r, 0) + c
         return out
 
     def rows_in(self, normalised: tuple[str, ...]) -> np.ndarray:

@@ -267,8 +267,7 @@ class KinetoTrace:
 
     def _account(self, batch: pa.RecordBatch, cats: EncodedCategories) -> None:
         meta = self.meta
-        for raw, count in cats.raw_counts().items():
-            self._raw_cats[raw if raw is not None else ""] += count
+        self._raw_cats.update(cats.raw_counts())
         # Metadata events ('M') carry placeholder timestamps (often 0): not part of the span.
         timed = pc.not_equal(batch.column("ph").fill_null(""), "M")
         ts = pc.filter(batch.column("ts_ns"), timed)
