@@ -11,13 +11,15 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from warehouse.errors import MalformedTrace
-from warehouse.ingest import sha256_file
+from warehouse.ingest import HASH_CHUNK, _constant, sha256_file
 from warehouse.readers import open_trace
 
 DLRM = "dlrm_8rank/worker0_step_12.1694128201545.pt.trace.json.gz"
@@ -85,6 +87,21 @@ def test_sha256_file_matches_hashlib(examples: Path, tmp_path: Path) -> None:
     empty.write_bytes(b"")
     for path in (empty, examples / DLRM):
         assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    # a file longer than the reused buffer, its length not a multiple of it
+    big = tmp_path / "big.json"
+    big.write_bytes(os.urandom(HASH_CHUNK * 2 + 12345))
+    assert sha256_file(big) == hashlib.sha256(big.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("value", ["", "job/a", "é-ü", "0" * 64])
+@pytest.mark.parametrize("n", [0, 1, 1000])
+def test_constant_string_columns_are_valid(value: str, n: int) -> None:
+    """The job and sha256 columns are laid out by hand (offsets and bytes): Arrow must accept them
+    and read back the value on every row."""
+    col = _constant(value, n, pa.string())
+    col.validate(full=True)
+    assert col.type == pa.string() and col.null_count == 0
+    assert col.to_pylist() == [value] * n
 
 
 def test_a_kept_table_survives_later_readings(examples: Path) -> None:
