@@ -47,6 +47,7 @@ from warehouse.jobs import (
 )
 from warehouse.layout import PARQUET_COMPRESSION, SCHEMA_FILE, Layout, encode_job
 from warehouse.manifest import Manifest, append_rows, commit_lock, compact, read_manifest
+from warehouse.no_pandas import block_pandas
 from warehouse.readers.columns import POOL
 from warehouse.schema import EVENTS, TRACE_META
 
@@ -869,7 +870,7 @@ def ingest(
 
                 # spawn, not fork: the parent already runs Arrow's thread pools
                 ctx = mp.get_context("spawn")
-                with ProcessPoolExecutor(n_procs, mp_context=ctx) as pool:
+                with ProcessPoolExecutor(n_procs, mp_context=ctx, initializer=block_pandas) as pool:
                     futures: list[Future] = [pool.submit(_parse_one, tasks[i]) for i in todo]
                     for fut in as_completed(futures):
                         received(fut.result())

@@ -56,6 +56,9 @@ class _ProgressBar:
 
 
 def run(args: argparse.Namespace) -> int:
+    from warehouse.no_pandas import block_pandas
+
+    block_pandas()  # nothing here holds a pandas object: pyarrow's probe for one costs 0.2 s
     from warehouse.errors import TraceError
     from warehouse.ingest import ingest
     from warehouse.layout import Layout
