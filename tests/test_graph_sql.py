@@ -345,3 +345,22 @@ def test_threads_follow_the_row_groups_and_are_restored(tiny) -> None:  # noqa: 
     cat.execute("SET threads = 2")
     replay_job(cat, "tiny")
     assert cat.execute(setting).fetchone()[0] == 2
+
+
+def test_replay_arrays_are_read_in_task_order_whatever_the_scan_gives() -> None:
+    """graph_tasks.sql relies on the stored order of `tasks`; should a scan ever return rows in
+    another order, the replay's reader sorts them (and leaves an ordered table as it is)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from lumos.replay.run import _in_task_order
+
+    rank = np.repeat([0, 1, 2], 4)
+    task = np.tile(np.arange(4), 3)
+    ordered = pa.table({"rank": rank, "task": task, "x": np.arange(12)})
+    assert _in_task_order(ordered) is ordered
+    shuffled = ordered.take(np.random.default_rng(3).permutation(12))
+    assert _in_task_order(shuffled).equals(ordered)
+    # a repeated (rank, task) is not an order the replay can use: sorted, not passed through
+    dup = pa.table({"rank": [0, 0], "task": [1, 1], "x": [0, 1]})
+    assert _in_task_order(dup) is not dup and _in_task_order(dup).num_rows == 2

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import lumos_sql
 from lumos.replay.build import TaskColumns, build_graph
@@ -140,7 +141,7 @@ def rank_graphs(
     """The replay instances of the job whose temp tables are on `con`: one per rank and
     single-rank mode, plus one `multirank` instance over all ranks when asked for, the job has
     several ranks and `collectives` (from `build_collectives`) is given."""
-    tasks = con.sql(lumos_sql.load("replay/graph_tasks")).to_arrow_table()
+    tasks = _in_task_order(con.sql(lumos_sql.load("replay/graph_tasks")).to_arrow_table())
     deps = con.sql(lumos_sql.load("replay/graph_deps")).to_arrow_table()
     t_rank = tasks.column("rank").to_numpy()
     ranks = [int(r) for r in np.unique(t_rank)]
@@ -163,6 +164,19 @@ def rank_graphs(
         m = build_multirank(tasks, deps, consts, collectives, drop=drop, source=job)
         out.append(Instance(MULTIRANK, m.graph, m.rank, m.local_task))
     return out
+
+
+def _in_task_order(tasks: pa.Table) -> pa.Table:
+    """`tasks` sorted by (rank, task): as read, normally (graph_tasks.sql relies on the stored
+    order); sorted here should a scan ever return it otherwise."""
+    rank = tasks.column("rank").to_numpy()
+    task = tasks.column("task").to_numpy()
+    if len(rank) < 2:
+        return tasks
+    same = rank[1:] == rank[:-1]
+    if np.all((rank[1:] > rank[:-1]) | (same & (task[1:] > task[:-1]))):
+        return tasks
+    return tasks.take(pc.sort_indices(tasks, [("rank", "ascending"), ("task", "ascending")]))
 
 
 def replay_graphs(

@@ -13,22 +13,28 @@
 -- `gap_ns` is the idle time before a CPU task on its thread (the start offset from the rank's
 -- origin for the first task of a thread): graph/deps turns it into the replay delay.
 CREATE OR REPLACE TEMP TABLE g_rt_in AS
-SELECT r.*,
-       CASE WHEN r.ts_ns < g.end_ns THEN g.grp END AS grp,
-       g.ts_ns AS g_ts, g.event_idx AS g_idx, g.name AS g_name
+WITH a AS (
+    -- the ASOF join over narrow rows, joined back by rowid
+    SELECT r.rid, CASE WHEN r.ts_ns < g.end_ns THEN g.grp END AS grp,
+           g.ts_ns AS g_ts, g.event_idx AS g_idx
+    FROM (SELECT rowid AS rid, rank, pid, tid, ts_ns FROM g_rt1) AS r
+    ASOF LEFT JOIN (SELECT rank, pid, tid, ts_ns, end_ns, grp, event_idx FROM g_groups) AS g
+      ON g.rank = r.rank AND g.pid = r.pid AND g.tid = r.tid AND g.ts_ns <= r.ts_ns
+)
+SELECT r.rank, r.pid, r.tid, r.event_idx, r.ts_ns, r.end_ns, r.dur_ns, r.correlation, r.role,
+       r.t_device, r.t_stream, r.l_device, r.l_ts, a.grp, a.g_ts, a.g_idx
 FROM g_rt1 AS r
-ASOF LEFT JOIN g_groups AS g
-  ON g.rank = r.rank AND g.pid = r.pid AND g.tid = r.tid AND g.ts_ns <= r.ts_ns;
+JOIN a ON a.rid = r.rowid;
 
 CREATE OR REPLACE TEMP TABLE g_cpu AS
 WITH pieces AS (
-    SELECT rank, pid, tid, g_idx AS event_idx, g_name AS name,
+    SELECT rank, pid, tid, g_idx AS event_idx,
            coalesce(lag(end_ns) OVER (PARTITION BY rank, pid, tid, grp ORDER BY ts_ns, event_idx),
                     g_ts) AS ts_ns,
            ts_ns AS end_ns
     FROM g_rt_in WHERE grp IS NOT NULL
     UNION ALL
-    SELECT g.rank, g.pid, g.tid, g.event_idx, g.name, coalesce(x.last_end, g.ts_ns), g.end_ns
+    SELECT g.rank, g.pid, g.tid, g.event_idx, coalesce(x.last_end, g.ts_ns), g.end_ns
     FROM g_groups AS g
     LEFT JOIN (SELECT rank, pid, tid, grp, max(end_ns) AS last_end
                FROM g_rt_in WHERE grp IS NOT NULL GROUP BY ALL) AS x
@@ -39,12 +45,12 @@ WITH pieces AS (
     FROM g_rt_in AS r
     LEFT JOIN g_const AS c ON c.rank = r.rank AND c.device = coalesce(r.t_device, r.l_device)
 )
-SELECT rank, pid, tid, event_idx, name, ts_ns, end_ns, 'op' AS role, 0 AS sub,
+SELECT rank, pid, tid, event_idx, ts_ns, end_ns, 'op' AS role, 0 AS sub,
        NULL::BIGINT AS correlation, NULL::BIGINT AS t_device, NULL::BIGINT AS t_stream,
        end_ns - ts_ns AS model_dur_ns
 FROM pieces WHERE end_ns > ts_ns
 UNION ALL
-SELECT rank, pid, tid, event_idx, name, ts_ns, end_ns, role, 1, correlation, t_device, t_stream,
+SELECT rank, pid, tid, event_idx, ts_ns, end_ns, role, 1, correlation, t_device, t_stream,
        CASE WHEN role IN ('stream_sync', 'device_sync', 'event_sync')
             THEN least(dur_ns, coalesce(sync_lat_ns, dur_ns)) ELSE dur_ns END
 FROM calls WHERE role <> 'blocking_copy' AND NOT early
@@ -54,20 +60,20 @@ UNION ALL
 -- rest of the call is a tail on its thread (trace_file_list: a 1.4 ms first call whose kernel ran
 -- 12 us into it; as one task, its kernel waited for the call's end, in the identity check too).
 -- A kernel starting just before its call returns says nothing of where the call's time went.
-SELECT rank, pid, tid, event_idx, name, ts_ns, ts_ns + launch_call_ns, role, 1, correlation,
+SELECT rank, pid, tid, event_idx, ts_ns, ts_ns + launch_call_ns, role, 1, correlation,
        t_device, t_stream, launch_call_ns
 FROM calls WHERE early
 UNION ALL
-SELECT rank, pid, tid, event_idx, name, ts_ns + launch_call_ns, end_ns, 'runtime', 2, NULL,
+SELECT rank, pid, tid, event_idx, ts_ns + launch_call_ns, end_ns, 'runtime', 2, NULL,
        NULL, NULL, dur_ns - launch_call_ns
 FROM calls WHERE early
 UNION ALL
-SELECT rank, pid, tid, event_idx, name, ts_ns,
+SELECT rank, pid, tid, event_idx, ts_ns,
        ts_ns + least(dur_ns, coalesce(launch_call_ns, dur_ns)), 'copy_issue', 1,
        correlation, t_device, t_stream, least(dur_ns, coalesce(launch_call_ns, dur_ns))
 FROM calls WHERE role = 'blocking_copy'
 UNION ALL
-SELECT rank, pid, tid, event_idx, name, ts_ns + least(dur_ns, coalesce(launch_call_ns, dur_ns)),
+SELECT rank, pid, tid, event_idx, ts_ns + least(dur_ns, coalesce(launch_call_ns, dur_ns)),
        end_ns, 'copy_wait', 2, NULL, t_device, t_stream,
        least(dur_ns - least(dur_ns, coalesce(launch_call_ns, dur_ns)),
              coalesce(sync_lat_ns, dur_ns))
@@ -91,11 +97,11 @@ FROM (SELECT DISTINCT rank, device FROM g_gpu);
 CREATE OR REPLACE TEMP TABLE g_p AS
 WITH a AS (
     SELECT rank, FALSE AS is_gpu, pid, tid, NULL::BIGINT AS device, NULL::BIGINT AS stream,
-           event_idx, name, role, sub, ts_ns, end_ns, model_dur_ns, correlation, t_device, t_stream,
+           event_idx, role, sub, ts_ns, end_ns, model_dur_ns, correlation, t_device, t_stream,
            NULL::BIGINT AS launch_corr, NULL::BIGINT AS corr_rank
     FROM g_cpu
     UNION ALL
-    SELECT rank, TRUE, NULL, NULL, device, stream, event_idx, name,
+    SELECT rank, TRUE, NULL, NULL, device, stream, event_idx,
            CASE cat WHEN 'kernel' THEN 'kernel' WHEN 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END,
            0, ts_ns, end_ns, dur_ns, NULL, device, stream, correlation, corr_rank
     FROM g_gpu
@@ -153,7 +159,7 @@ WITH ev_sync AS (
                AS gap_ns
     FROM g_tasks0 WHERE NOT is_gpu
 ), m AS (
-    SELECT t.*, gp.gap_ns,
+    SELECT t.*, ev.name, gp.gap_ns,
            s.proc AS t_proc, s.dev AS t_dev, e.record_task, rd.dev AS rank_dev
     FROM g_tasks0 AS t
     LEFT JOIN g_streams AS s
@@ -161,6 +167,8 @@ WITH ev_sync AS (
     LEFT JOIN ev_sync AS e ON e.rank = t.rank AND e.task = t.task
     LEFT JOIN rank_dev AS rd ON rd.rank = t.rank
     LEFT JOIN gap AS gp ON gp.rid = t.rowid
+    -- names are carried by event_idx through the steps above and looked up once here
+    LEFT JOIN g_ev AS ev ON ev.rank = t.rank AND ev.event_idx = t.event_idx
 )
 SELECT
     (SELECT any_value(job) FROM g_ev) AS job,
