@@ -45,25 +45,27 @@ WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND stream IS NOT NULL;
 --    capture replayed 60 % long).
 CREATE OR REPLACE TEMP TABLE g_rt0 AS
 WITH c AS (
-    SELECT c.rank, c.pid, c.tid, c.event_idx, c.name, c.ts_ns, c.end_ns, c.dur_ns, c.correlation,
-           n.ts_ns AS next_op_ns
-    FROM (SELECT * FROM g_ev WHERE cat IN ('cuda_runtime', 'cuda_driver')) AS c
+    -- keys only through the ASOF join and the window; the rest is joined back by rowid
+    SELECT c.rid, c.rank, c.pid, c.tid, c.event_idx, c.ts_ns, c.end_ns, n.ts_ns AS next_op_ns
+    FROM (SELECT rowid AS rid, rank, pid, tid, event_idx, ts_ns, end_ns FROM g_ev
+          WHERE cat IN ('cuda_runtime', 'cuda_driver')) AS c
     ASOF LEFT JOIN (SELECT rank, pid, tid, ts_ns FROM g_groups) AS n
       ON n.rank = c.rank AND n.pid = c.pid AND n.tid = c.tid AND c.ts_ns < n.ts_ns
 ), r AS (
-    SELECT rank, pid, tid, event_idx, name, ts_ns, end_ns, dur_ns, correlation,
+    SELECT rid, ts_ns,
            max(end_ns) OVER (PARTITION BY rank, pid, tid ORDER BY ts_ns, end_ns DESC, event_idx
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max_end
     FROM c
     WHERE next_op_ns IS NULL OR next_op_ns >= end_ns
 )
-SELECT r.* EXCLUDE (prev_max_end),
+SELECT e.rank, e.pid, e.tid, e.event_idx, e.name, e.ts_ns, e.end_ns, e.dur_ns, e.correlation,
        g.device AS l_device, g.stream AS l_stream, g.cat AS l_cat, g.name AS l_name,
        g.ts_ns AS l_ts, g.end_ns AS l_end, g.event_idx AS l_event_idx,
-       lower(r.name) AS lname
+       lower(e.name) AS lname
 FROM r
+JOIN g_ev AS e ON e.rowid = r.rid
 LEFT JOIN g_gpu0 AS g
-  ON g.rank = r.rank AND g.correlation = r.correlation AND g.corr_rank = 1
+  ON g.rank = e.rank AND g.correlation = e.correlation AND g.corr_rank = 1
 WHERE r.prev_max_end IS NULL OR r.prev_max_end <= r.ts_ns;
 
 -- what each call does. Syncs and records without a stream argument take the stream of the
@@ -87,7 +89,7 @@ WITH cs AS (
                     WHERE l_stream IS NOT NULL) AS p
       ON r.rank = p.rank AND r.pid = p.pid AND r.tid = p.tid AND r.ts_ns > p.ts_ns
 )
-SELECT r.*,
+SELECT r.* EXCLUDE (name, lname, l_cat, l_name),
        CASE
            WHEN r.l_stream IS NOT NULL AND r.l_cat = 'gpu_memcpy' AND r.end_ns >= r.l_end
                THEN 'blocking_copy'
