@@ -205,7 +205,7 @@ def _constant(value, n: int, type_: pa.DataType) -> pa.Array:
     if pa.types.is_integer(type_):
         return pa.array(np.full(n, value), type_)
     raw = str(value).encode()
-    if n and len(raw) * n < 2**31:
+    if len(raw) * n < 2**31:  # int32 offsets
         offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(raw))
         return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
     return pa.array([value], type_).take(np.zeros(n, dtype=np.int32))
