@@ -1,5 +1,3 @@
-import sys
+from lumos.cli import entry
 
-from lumos.cli import main
-
-sys.exit(main())
+entry()

@@ -14,6 +14,9 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
+
+from lumos.process_exit import exit_now
 
 # Order is the order shown in `lumos --help`.
 COMMAND_MODULES = [
@@ -81,5 +84,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def entry() -> NoReturn:
+    """The console script (and `python -m lumos`): `main`, then the process ends without the
+    interpreter's teardown (`lumos.process_exit`). `main` itself returns, for callers in-process."""
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
