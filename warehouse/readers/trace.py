@@ -35,6 +35,7 @@ from warehouse.readers.sniff import (
     wide_encoding,
 )
 from warehouse.readers.source import fill, is_gzip, open_stream, read_head
+from warehouse.readers.timespan import timed_span
 
 # Categories of work that runs on an accelerator (normalised names).
 _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -268,19 +269,16 @@ class KinetoTrace:
     def _account(self, batch: pa.RecordBatch, cats: EncodedCategories) -> None:
         meta = self.meta
         self._raw_cats.update(cats.raw_counts())
-        # Metadata events ('M') carry placeholder timestamps (often 0): not part of the span.
-        timed = pc.not_equal(batch.column("ph").fill_null(""), "M")
-        ts = pc.filter(batch.column("ts_ns"), timed)
-        if ts.null_count < len(ts):
-            lo = pc.min(ts).as_py()
-            dur = pc.filter(batch.column("dur_ns"), timed).fill_null(0)
-            hi = pc.max(pc.add(ts, dur)).as_py()
+        span = timed_span(batch.column("ph"), batch.column("ts_ns"), batch.column("dur_ns"))
+        if span is not None:
+            lo, hi = span
             meta.first_ts_ns = lo if meta.first_ts_ns is None else min(meta.first_ts_ns, lo)
             meta.last_ts_ns = hi if meta.last_ts_ns is None else max(meta.last_ts_ns, hi)
         on_device = cats.rows_in(_DEVICE_CATS)
-        devices = batch.column("device").filter(on_device).drop_null()
-        for row in pc.value_counts(devices).to_pylist():
-            self._gpu_devices[row["values"]] += row["counts"]
+        if on_device.any():
+            devices = batch.column("device").filter(on_device).drop_null()
+            for row in pc.value_counts(devices).to_pylist():
+                self._gpu_devices[row["values"]] += row["counts"]
 
     def _complete_meta(self, n_events: int) -> None:
         from warehouse.readers.categories import normalise
