@@ -107,6 +107,40 @@ def test_non_utf8_bytes(real_text: str, tmp_path: Path) -> None:
     expect(MalformedTrace, p, "UTF-8")
 
 
+# event strings of every length around the 8-byte words the scan reads, a bad byte at each place
+_EVENT_STRINGS = [("name", "x" * k) for k in (0, 3, 7, 8, 9, 15, 17)] + [("args", "y" * 11)]
+
+
+@pytest.mark.parametrize("chunk_bytes", [64, 32 << 20])
+@pytest.mark.parametrize("where", range(len(_EVENT_STRINGS)))
+def test_non_utf8_inside_an_event_string(tmp_path: Path, where: int, chunk_bytes: int) -> None:
+    field, text = _EVENT_STRINGS[where]
+    events = [{"ph": "X", "name": "n", "pid": 1, "tid": 1, "ts": 1, "dur": 1} for _ in range(5)]
+    events[3][field] = {"k": "@"} if field == "args" else "@"
+    raw = json.dumps({"traceEvents": events}).encode()
+    for cut in sorted({0, len(text) // 2, len(text)}):
+        bad = text[:cut].encode() + b"\xe9" + text[cut:].encode()  # latin-1 'é'
+        p = tmp_path / f"bad-{cut}.json"
+        p.write_bytes(raw.replace(b"@", bad))
+        expect(MalformedTrace, p, "UTF-8", chunk_bytes=chunk_bytes)
+        p.write_bytes(raw.replace(b"@", bad.replace(b"\xe9", "é".encode())))
+        rows = open_trace(p, chunk_bytes=chunk_bytes).read_all().to_pylist()
+        got = rows[3]["args_json"] if field == "args" else rows[3]["name"]
+        assert (json.loads(got)["k"] if field == "args" else got) == bad.decode("latin-1")
+
+
+@pytest.mark.parametrize("text", ["", "x", "xxxx"])
+def test_non_utf8_in_the_last_bytes(tmp_path: Path, text: str) -> None:
+    """The scan reads the last < 8 bytes of its buffer one by one: a bad byte there too."""
+    p = tmp_path / "end.json"
+    p.write_bytes(
+        b'{"traceEvents": [{"ph": "X", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "name": "'
+        + text.encode()
+        + b'\xe9"}]}'
+    )
+    expect(MalformedTrace, p, "UTF-8")
+
+
 @pytest.mark.parametrize(
     ("field", "value", "words"),
     [

@@ -12,13 +12,16 @@ Replaces three passes (`scanner` for event boundaries, msgspec to validate each 
   promoted `args` keys; a repeated key keeps its last value, as `json` does) into span arrays
   of a fixed capacity; a full capacity ends the call at a clean point, like a full `members`.
 
-Spans are positions in the buffer passed in. UTF-8 is not checked here (the caller checks regions
-holding non-ASCII bytes). Nesting deeper than `MAX_DEPTH` is refused.
+Spans are positions in the buffer passed in. UTF-8 is not checked here: `state[S_HIGH]` says
+whether an event string of the call held a byte >= 0x80 (it may also be set by bytes just past a
+string, never missed), and the caller checks the events' bytes then. Nesting deeper than
+`MAX_DEPTH` is refused.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 from warehouse.readers.jit import kernel
 from warehouse.readers.scanner import (
@@ -41,7 +44,7 @@ from warehouse.readers.scanner import (
     P_VALUE,
     _skip_string,
 )
-from warehouse.readers.swar import skip_plain
+from warehouse.readers.swar import load8, special8
 from warehouse.readers.walker import ARGS, KEYS, N_EVENT_KEYS
 
 E_EVENT_JSON = -6  # invalid JSON inside an event; the reason is in state[S_REASON]
@@ -66,6 +69,7 @@ REASON_TEXT = {
 }
 
 MAX_DEPTH = 256
+_HIGH_BITS = np.uint64(0x8080808080808080)
 
 # Spans are buffer positions: 32-bit halves the span arrays, which are read and written once per
 # kept key and event (the buffer is a chunk plus one unfinished event, far below 2 GiB).
@@ -83,9 +87,11 @@ MAX_BUFFER = 2**31 - 1
     S_EV_EXPECT,
     S_EV_COUNT,
     S_REASON,
-    S_ERR_SCRATCH,  # 2 slots: the walkers' err (position, reason); kernels allocate nothing (jit.py)
+    S_ERR_SCRATCH,  # 3 slots: the walkers' err; kernels allocate nothing (jit.py)
 ) = range(11)
-STATE_SIZE = S_ERR_SCRATCH + 2
+# err: the position and reason of an error, and whether an event string held a byte >= 0x80
+S_HIGH = S_ERR_SCRATCH + 2
+STATE_SIZE = S_ERR_SCRATCH + 3
 
 _KEY_BYTES = np.frombuffer(b"".join(k.encode() for k in KEYS), dtype=np.uint8)
 _KEY_OFFSETS = np.cumsum([0] + [len(k.encode()) for k in KEYS]).astype(np.int64)
@@ -137,16 +143,29 @@ def _is_hex(c):  # pragma: no cover - numba
 
 @kernel(inline=True)
 def _string(buf, i, n, err):  # pragma: no cover - numba
-    """`buf[i]` follows an opening quote. End after the closing quote; -1 incomplete; -2 error."""
+    """`buf[i]` follows an opening quote. End after the closing quote; -1 incomplete; -2 error.
+    Bytes >= 0x80 seen on the way set err[2] (the words read 8 at a time may reach past the
+    string's end: a flag set by those only costs the caller an exact check)."""
+    high = np.uint64(0)
     while i < n:
-        i = skip_plain(buf, i, n)  # 8 plain bytes at a time
+        while i + 8 <= n:  # 8 plain bytes at a time (swar.skip_plain, with the high bits kept)
+            x = load8(buf, i)
+            high |= x
+            m = special8(x)
+            if m != 0:
+                i += np.int64(trailing_zeros(m)) >> 3
+                break
+            i += 8
         if i >= n:
+            _high(err, high)
             return -1
         c = buf[i]
         if c > 92 or (34 < c < 92):  # the last < 8 bytes of the buffer go one by one
+            high |= np.uint64(c)
             i += 1
             continue
         if c == 34:
+            _high(err, high)
             return i + 1
         if c == 92:
             if i + 1 >= n:
@@ -182,7 +201,14 @@ def _string(buf, i, n, err):  # pragma: no cover - numba
             return -2
         else:
             i += 1
+    _high(err, high)
     return -1
+
+
+@kernel(inline=True)
+def _high(err, high):  # pragma: no cover - numba
+    if high & _HIGH_BITS:
+        err[2] = 1
 
 
 @kernel(inline=True)
@@ -493,7 +519,8 @@ def scan(
     """
     n = buf.shape[0]
     cap = starts.shape[0]
-    err = state[S_ERR_SCRATCH : S_ERR_SCRATCH + 2]
+    err = state[S_ERR_SCRATCH : S_HIGH + 1]
+    err[2] = 0
     phase = state[S_PHASE]
     seen_te = state[S_SEEN_TE]
     ev_expect = state[S_EV_EXPECT]

@@ -144,7 +144,7 @@ class KinetoTrace:
                         self._refuse_early(n_data)
                     ev_start, ev_end = int(state[fused.S_EV_START]), int(state[fused.S_EV_END])
                     if ev_start >= 0:
-                        if int(arr[ev_start:ev_end].max()) >= 0x80:
+                        if state[fused.S_HIGH]:  # a byte >= 0x80 in an event string
                             _check_utf8(self.path, bytes(arr[ev_start:ev_end]), offset + ev_start)
                         starts, ends, totals = scanner.spans()
                         with gc_paused():
