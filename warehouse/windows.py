@@ -23,7 +23,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 WINDOW_MARK = "/steps-"
@@ -49,6 +48,8 @@ def windows_of(job: str, jobs: Iterable[str]) -> list[str]:
 
 def profiler_steps(events_parquet: str | Path) -> frozenset[int]:
     """The `ProfilerStep#N` numbers of an events file (CPU annotations; empty without any)."""
+    import pyarrow.compute as pc  # not at import: an ingest that needs no window check skips it
+
     table = pq.read_table(
         events_parquet, columns=["name"], filters=[("cat", "=", "user_annotation")]
     )

@@ -18,7 +18,6 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from warehouse.errors import MalformedTrace, NotKinetoTrace
 from warehouse.readers import fused
@@ -36,6 +35,7 @@ from warehouse.readers.sniff import (
 )
 from warehouse.readers.source import fill, is_gzip, open_stream, read_head
 from warehouse.readers.timespan import timed_span
+from warehouse.readers.views import int_view, valid_mask
 
 # Categories of work that runs on an accelerator (normalised names).
 _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -276,9 +276,10 @@ class KinetoTrace:
             meta.last_ts_ns = hi if meta.last_ts_ns is None else max(meta.last_ts_ns, hi)
         on_device = cats.rows_in(_DEVICE_CATS)
         if on_device.any():
-            devices = batch.column("device").filter(on_device).drop_null()
-            for row in pc.value_counts(devices).to_pylist():
-                self._gpu_devices[row["values"]] += row["counts"]
+            dev = int_view(batch.column("device"))
+            used = dev.values[on_device & valid_mask(dev.bits, dev.bit0, len(on_device))]
+            for value, count in zip(*np.unique(used, return_counts=True), strict=True):
+                self._gpu_devices[int(value)] += int(count)
 
     def _complete_meta(self, n_events: int) -> None:
         from warehouse.readers.categories import normalise

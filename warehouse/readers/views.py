@@ -38,6 +38,13 @@ def _bits(arr: pa.Array) -> tuple[np.ndarray, int]:
     return np.frombuffer(validity, dtype=np.uint8), arr.offset
 
 
+def valid_mask(bits: np.ndarray, bit0: int, n: int) -> np.ndarray:
+    """Per row, whether it is valid (the view's `bits` and `bit0`)."""
+    if bits.shape[0] == 0:
+        return np.ones(n, dtype=bool)
+    return np.unpackbits(bits, count=bit0 + n, bitorder="little")[bit0:].view(bool)
+
+
 def int_view(arr: pa.Array) -> IntView:
     if arr.type != pa.int64():
         raise TypeError(f"int_view needs int64, got {arr.type}")
