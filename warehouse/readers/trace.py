@@ -321,7 +321,7 @@ class KinetoTrace:
         return "mtia" if on_mtia else None
 
 
-# Work buffers of finished readings, for the next file read in this process: a fresh 32 MiB
+# Work buffers of finished readings, for the next file read in this process: a fresh chunk
 # buffer, span arrays and column scratch cost their page faults and zeroing again on every file,
 # which dominated the time of many small traces. At most _MAX_SPARE sets are kept.
 _SPARE: list[tuple[bytearray, fused.Scanner, Scratch]] = []
