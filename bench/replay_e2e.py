@@ -68,7 +68,7 @@ def lumos_side(trace: Path, work: Path) -> tuple[dict, _Side, Callable[[], None]
     """Ingest once (timed apart); the side and a closer for its DuckDB connection."""
     import duckdb
 
-    from lumos.explain.inputs import from_tables
+    from lumos.explain.inputs import from_replay
     from lumos.explain.run import explain
     from lumos.replay.run import replay_job
     from warehouse.ingest import ingest
@@ -81,7 +81,7 @@ def lumos_side(trace: Path, work: Path) -> tuple[dict, _Side, Callable[[], None]
 
     def once() -> dict:
         res = replay_job(con, "bench")
-        tables = explain(from_tables("bench", res.tables))
+        tables = explain(from_replay(con, "bench", res.tables))
         return {"tasks": res.tables["tasks"].num_rows, "tables": tables, "res": res}
 
     try:

@@ -16,9 +16,10 @@ import pytest
 
 from kernels.intervals import critical_walk, cumulative, timeline
 from lumos.commands import explain as explain_cmd
-from lumos.explain.inputs import ExplainInputError, load_job
-from lumos.explain.run import explain_job
+from lumos.explain.inputs import ExplainInputError, from_replay, from_tables, load_job
+from lumos.explain.run import explain, explain_job
 from lumos.explain.utilization import utilization
+from lumos.replay.run import job_collectives, replay_job
 from lumos.replay.run import run as replay_run
 from warehouse.ingest import ingest
 
@@ -287,3 +288,20 @@ def test_replay_writes_the_collectives_of_multi_rank_jobs(explain_wh: Path) -> N
         "count(*) filter (where status = 'matched') as matched from collectives group by job"
     )
     assert rows.to_dict("records") == [{"job": "dlrm", "ranks": 8, "n": 64, "matched": 64}]
+
+
+@pytest.mark.parametrize("job", ["dlrm", "nccl"])
+def test_inputs_from_the_replay_connection_explain_the_same(explain_wh: Path, job: str) -> None:
+    """`from_replay` (the replay's own temp tables), `from_tables` (its Arrow results) and
+    `load_job` (the files `lumos replay` wrote) are three roads to the same explanations."""
+    con = duckdb.connect(str(explain_wh / "lumos.duckdb"), read_only=True)
+    try:
+        res = replay_job(con, job, collectives=job_collectives(explain_wh, con, job))
+        via_con = explain(from_replay(con, job, res.tables))
+    finally:
+        con.close()
+    assert via_con["critical_path"].num_rows > 0
+    for other in (explain(from_tables(job, res.tables)), explain(load_job(explain_wh, job))):
+        assert sorted(other) == sorted(via_con)
+        for name, table in via_con.items():
+            assert table.equals(other[name]), name

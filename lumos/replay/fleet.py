@@ -184,11 +184,11 @@ def replay_one(
     try:
         res = replay_and_write(root, con, job)
         if explain:
-            from lumos.explain.inputs import from_tables
+            from lumos.explain.inputs import from_replay
             from lumos.explain.run import explain as explain_tables
             from lumos.explain.run import write
 
-            write(root, job, explain_tables(from_tables(job, res.tables)))
+            write(root, job, explain_tables(from_replay(con, job, res.tables)))
         out.quality = res.tables["replay_quality"]
         out.n_tasks = res.tables["tasks"].num_rows
         out.n_iterations = res.tables["iterations"].num_rows
