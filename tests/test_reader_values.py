@@ -13,9 +13,11 @@ import json
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
+from warehouse.errors import MalformedTrace
 from warehouse.readers import open_trace
 
 _INT64_MAX = 2**63 - 1
@@ -82,3 +84,38 @@ def test_numbers_and_strings_are_exact(tmp_path: Path, rows: list) -> None:
     assert [json.loads(a) for a in table.column("args_json").to_pylist()] == [r[3] for r in rows]
     raw = [json.dumps(r[3], ensure_ascii=r[2]) for r in rows]
     assert table.column("args_json").to_pylist() == raw
+
+
+# integer parts longer than int64's 19 digits, brought back in range by the exponent (and a few
+# that stay beyond it): the mantissa keeps what it holds and the rest rounds, as for fractions
+_LONG = [
+    "9300000000000000000e-4",
+    "92233720368547758079e-5",
+    "12345678901234567890123456789e-15",
+    "9223372036854775807999e-7",
+    "-99999999999999999999.5e-10",
+    "10000000000000000000000e-7",
+    "12345678901234567890500e-7",
+    "12345678901234567891500e-7",
+]
+_BEYOND = ["9300000000000000000", "9300000000000000000e-2", "9223372036854775807999e-6"]
+
+
+def _one_event(tmp_path: Path, ts: str) -> Path:
+    path = tmp_path / "long.json"
+    path.write_text(f'{{"traceEvents": [{{"ph": "X", "name": "a", "ts": {ts}, "dur": 1}}]}}')
+    return path
+
+
+@pytest.mark.parametrize("text", _LONG)
+def test_long_mantissas_in_range_are_exact(tmp_path: Path, text: str) -> None:
+    want = _ns(text)
+    assert want is not None
+    assert open_trace(_one_event(tmp_path, text)).read_all().column("ts_ns").to_pylist() == [want]
+
+
+@pytest.mark.parametrize("text", _BEYOND)
+def test_long_mantissas_beyond_int64_are_refused(tmp_path: Path, text: str) -> None:
+    assert _ns(text) is None
+    with pytest.raises(MalformedTrace, match="outside the signed 64-bit range"):
+        open_trace(_one_event(tmp_path, text)).read_all()

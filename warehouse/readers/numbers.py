@@ -63,19 +63,28 @@ def _number(buf, a, b, scale):  # pragma: no cover - numba
         mant = mant * 100000000 + parse8(x)
         nd += 8
         p += 8
+    full = False  # digits were dropped: the first one is `guard`,
+    guard = np.int64(0)
+    sticky = False  # and a later one is not zero
+    dropped = 0  # integer digits past what the mantissa holds: a power of ten each
     while p < b and 48 <= buf[p] <= 57:
         d = np.int64(buf[p] - 48)
+        p += 1
+        if full:
+            dropped += 1
+            sticky = sticky or d != 0
+            continue
         if nd >= 18 and mant > (_INT64_MAX - d) // 10:
-            return np.int64(0), E_OVERFLOW, True
+            # a negative exponent may still bring it in range ("9300000000000000000e-4")
+            full = True
+            guard = d
+            dropped = 1
+            continue
         mant = mant * 10 + d
         nd += 1
-        p += 1
     frac = 0
     exp = 0
     is_int = True
-    full = False  # fraction digits were dropped: the first one is `guard`,
-    guard = np.int64(0)
-    sticky = False  # and a later one is not zero
     if p < b and buf[p] == 46:
         is_int = False
         p += 1
@@ -116,7 +125,7 @@ def _number(buf, a, b, scale):  # pragma: no cover - numba
             p += 1
         if eneg:
             exp = -exp
-    shift = scale + exp - frac
+    shift = scale + exp - frac + dropped
     if full and shift > 0:  # the dropped digits were at or above the unit after all
         return np.int64(0), E_OVERFLOW, is_int
     if full and shift == 0:  # the dropped digits are the fraction of the unit: round them
