@@ -15,17 +15,24 @@ from torch_traces import require_torch
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> tuple[Path, dict[str, float]]:
-    """The model over 2 ranks with TP + SP, and on one rank (~15 s), ingested."""
+    """The model over 2 ranks with TP + SP, and on one rank (~25 s), ingested."""
     require_torch()
     from torch_sp import record_sp
 
     from warehouse.ingest import ingest
 
     tmp = tmp_path_factory.mktemp("sp")
+    # each run recorded twice, interleaved, and the quieter recording kept: a recording made
+    # while the machine is loaded moves its median step by 10-20 %
+    recorded: dict[str, list[tuple[float, Path]]] = {"sp": [], "single": []}
+    for r in range(2):
+        for name, world in (("sp", 2), ("single", 1)):
+            out = tmp / f"{name}{r}"
+            recorded[name].append((record_sp(out, world), out))
     measured = {}
-    for name, world in (("sp", 2), ("single", 1)):
-        measured[name] = record_sp(tmp / name, world)
-        ingest([tmp / name], warehouse=tmp / "wh", job=name)
+    for name, runs in recorded.items():
+        measured[name], out = min(runs)
+        ingest([out], warehouse=tmp / "wh", job=name)
     return tmp / "wh", measured
 
 
