@@ -21,7 +21,6 @@ string, never missed), and the caller checks the events' bytes then. Nesting dee
 from __future__ import annotations
 
 import numpy as np
-from numba.cpython.unsafe.numbers import trailing_zeros
 
 from warehouse.readers.jit import kernel
 from warehouse.readers.scanner import (
@@ -44,7 +43,7 @@ from warehouse.readers.scanner import (
     P_VALUE,
     _skip_string,
 )
-from warehouse.readers.swar import load8, special8
+from warehouse.readers.swar import has_high, skip_plain_high
 from warehouse.readers.walker import ARGS, KEYS, N_EVENT_KEYS
 
 E_EVENT_JSON = -6  # invalid JSON inside an event; the reason is in state[S_REASON]
@@ -69,7 +68,6 @@ REASON_TEXT = {
 }
 
 MAX_DEPTH = 256
-_HIGH_BITS = np.uint64(0x8080808080808080)
 
 # Spans are buffer positions: 32-bit halves the span arrays, which are read and written once per
 # kept key and event (the buffer is a chunk plus one unfinished event, far below 2 GiB).
@@ -148,14 +146,7 @@ def _string(buf, i, n, err):  # pragma: no cover - numba
     string's end: a flag set by those only costs the caller an exact check)."""
     high = np.uint64(0)
     while i < n:
-        while i + 8 <= n:  # 8 plain bytes at a time (swar.skip_plain, with the high bits kept)
-            x = load8(buf, i)
-            high |= x
-            m = special8(x)
-            if m != 0:
-                i += np.int64(trailing_zeros(m)) >> 3
-                break
-            i += 8
+        i, high = skip_plain_high(buf, i, n, high)  # 8 plain bytes at a time
         if i >= n:
             _high(err, high)
             return -1
@@ -207,7 +198,7 @@ def _string(buf, i, n, err):  # pragma: no cover - numba
 
 @kernel(inline=True)
 def _high(err, high):  # pragma: no cover - numba
-    if high & _HIGH_BITS:
+    if has_high(high):
         err[2] = 1
 
 

@@ -58,12 +58,27 @@ def special8(x):  # pragma: no cover - numba
 def skip_plain(buf, i, n):  # pragma: no cover - numba
     """The first index >= i of a '"', '\\' or control byte, looking 8 bytes at a time while 8
     remain; `n - 8 < result <= n` (or a special byte) when fewer than 8 bytes remain."""
+    return skip_plain_high(buf, i, n, np.uint64(0))[0]
+
+
+@kernel(inline=True)
+def skip_plain_high(buf, i, n, high):  # pragma: no cover - numba
+    """`skip_plain`, and `high` ORed with every 8-byte word it read (`has_high` of it: a byte
+    >= 0x80 among them, possibly just past the special byte it stopped at)."""
     while i + 8 <= n:
-        m = special8(load8(buf, i))
+        x = load8(buf, i)
+        high |= x
+        m = special8(x)
         if m != 0:
-            return i + (np.int64(trailing_zeros(m)) >> 3)
+            return i + (np.int64(trailing_zeros(m)) >> 3), high
         i += 8
-    return i
+    return i, high
+
+
+@kernel(inline=True)
+def has_high(x):  # pragma: no cover - numba
+    """Whether a byte of `x` is >= 0x80."""
+    return (x & _HIGH) != 0
 
 
 @intrinsic
