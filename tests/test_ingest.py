@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -21,7 +22,7 @@ from warehouse.errors import TraceError
 from warehouse.ingest import ingest
 from warehouse.jobs import InputError, rank_from_filename
 from warehouse.layout import Layout, decode_job, encode_job
-from warehouse.schema import EVENTS, TRACES
+from warehouse.schema import EVENT_FILE, EVENTS, TRACES
 
 DLRM = "param/dlrm_8rank/kineto"
 
@@ -106,10 +107,18 @@ def test_dlrm_bundled_job_ingests_as_ranks_0_to_7(examples: Path, warehouse_dir:
     for rank in range(8):
         [path] = (warehouse_dir / "events" / "job=dlrm_8rank" / f"rank={rank}").glob("*.parquet")
         table = pq.read_table(path)
-        assert table.schema.equals(EVENTS)
+        assert table.schema.equals(EVENT_FILE)  # the sha256 is the file's name, not a column
         assert set(table.column("rank").to_pylist()) == {rank}
         assert set(table.column("job").to_pylist()) == {"dlrm_8rank"}
         assert path.stem == hashlib.sha256(files[rank].read_bytes()).hexdigest()
+    # the views give the table's columns, in its order, the sha256 read from the file name
+    with duckdb.connect(str(warehouse_dir / "lumos.duckdb"), read_only=True) as con:
+        columns = [d[0] for d in con.execute("select * from events limit 0").description]
+        shas = dict(
+            con.execute("select rank, any_value(trace_sha256) from events group by 1").fetchall()
+        )
+    assert columns == EVENTS.names
+    assert shas == {r: hashlib.sha256(files[r].read_bytes()).hexdigest() for r in range(8)}
 
 
 def test_given_job_and_catalog_from_another_directory(
@@ -425,3 +434,86 @@ def test_manifest_compaction_keeps_the_latest_rows_and_progress(
         assert compact(layout, min_parts=2)
     assert len(layout.manifest_parts()) == 1
     assert query(warehouse_dir, "select * from traces order by all") == before
+
+
+def test_a_file_is_read_once_unless_a_file_of_its_size_is_known(
+    examples: Path, warehouse_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file of a size no manifest row has cannot be in the warehouse: the reading that parses
+    it also hashes it. A file of a known size is hashed first and skipped unparsed when its
+    content is there; with other content, it is parsed and stored under its own hash. A refused
+    file's row carries the hash of the whole file all the same."""
+    import warehouse.ingest as ingest_module
+
+    hashed: list[str] = []
+    real = ingest_module.sha256_file
+    monkeypatch.setattr(ingest_module, "sha256_file", lambda p: hashed.append(p.name) or real(p))
+
+    def sha(p: Path) -> str:
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+
+    text = gzip.decompress((examples / "gpt_cpu/rank-0.pt.trace.json.gz").read_bytes())
+    first = tmp_path / "a" / "first.json"
+    first.parent.mkdir()
+    first.write_bytes(text)
+    report = ingest([first], warehouse=warehouse_dir, job="a")
+    assert [f.action for f in report.files] == ["ingested"] and hashed == []
+    assert report.files[0].sha256 == sha(first)
+
+    report = ingest([first], warehouse=warehouse_dir, job="a")  # known size: hashed, not parsed
+    assert [f.action for f in report.files] == ["unchanged"] and hashed == ["first.json"]
+
+    at = text.index(b'"name": "') + len(b'"name": "')
+    twin = tmp_path / "b" / "twin.json"  # the same size, one byte of a name changed
+    twin.parent.mkdir()
+    twin.write_bytes(text[:at] + (b"Y" if text[at : at + 1] != b"Y" else b"Z") + text[at + 1 :])
+    report = ingest([twin], warehouse=warehouse_dir, job="b")
+    assert [f.action for f in report.files] == ["ingested"] and hashed[1:] == ["twin.json"]
+    assert report.files[0].sha256 == sha(twin) != sha(first)
+
+    broken = tmp_path / "c" / "broken.json"
+    broken.parent.mkdir()
+    broken.write_bytes(text[: len(text) // 2])
+    report = ingest([broken], warehouse=warehouse_dir, job="c")
+    assert [f.status for f in report.files] == ["refused"]
+    rows = query(warehouse_dir, "select path, sha256 from traces order by path")
+    assert rows == sorted((str(p), sha(p)) for p in (first, twin, broken))
+    events = query(warehouse_dir, "select job, trace_sha256, count(*) from events group by all")
+    assert sorted(r[:2] for r in events) == [("a", sha(first)), ("b", sha(twin))]
+
+
+def test_events_files_that_store_their_sha256_read_the_same(
+    examples: Path, warehouse_dir: Path
+) -> None:
+    """Warehouses written before the hash moved into the file name hold events files with a
+    `trace_sha256` column: the views read them as they read the new ones."""
+    from warehouse.catalog import build_catalog
+
+    ingest([examples / "nccl_a100"], warehouse=warehouse_dir)
+    sql = "select * from events order by rank, event_idx"
+    before = query(warehouse_dir, sql)
+    [path] = (warehouse_dir / "events").rglob("rank=*/*.parquet")
+    table = pq.read_table(path)
+    column = pa.array([path.stem] * table.num_rows, pa.string())
+    pq.write_table(table.add_column(2, pa.field("trace_sha256", pa.string(), False), column), path)
+    (warehouse_dir / "lumos.duckdb").unlink()
+    build_catalog(warehouse_dir)
+    assert query(warehouse_dir, sql) == before
+
+
+def test_a_catalog_built_from_other_view_sql_is_rebuilt(
+    examples: Path, warehouse_dir: Path
+) -> None:
+    """A catalog keeps the views of the code that built it: one whose SQL differs from this
+    code's (an older lumos) is not current, and the next ingest rebuilds it."""
+    from warehouse.catalog import catalog_is_current, views_fingerprint
+
+    ingest([examples / "nccl_a100"], warehouse=warehouse_dir)
+    assert catalog_is_current(warehouse_dir)
+    with duckdb.connect(str(warehouse_dir / "lumos.duckdb")) as con:
+        con.execute("UPDATE lumos_catalog SET views_sha = 'older'")
+    assert not catalog_is_current(warehouse_dir)
+    ingest([examples / "nccl_a100"], warehouse=warehouse_dir)  # unchanged, yet the catalog is
+    assert catalog_is_current(warehouse_dir)
+    [(sha,)] = query(warehouse_dir, "select views_sha from lumos_catalog")
+    assert sha == views_fingerprint()

@@ -114,3 +114,33 @@ def test_a_kept_table_survives_later_readings(examples: Path) -> None:
         open_trace(path).read_all()
     assert kept.to_pylist() == before
     assert kept.column("name").to_pylist() == _expected(a)[0]
+
+
+def test_the_reading_hashes_the_file(examples: Path, shared_traces: Path, tmp_path: Path) -> None:
+    """The sha256 the reader reports (what names the events file) is the hash of the file's own
+    bytes, compressed or not, read in chunks of any size; gzip'd bytes after the stream's end
+    (which decompression never asks for) are hashed too."""
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(gzip.decompress((examples / DLRM).read_bytes()))
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    padded = tmp_path / "padded.json.gz"
+    padded.write_bytes((examples / DLRM).read_bytes() + b"\0" * 8)  # gzip's zero padding
+    big = shared_traces / "hta/df_index_resolver/df_index_resolver.json.gz"
+    for path in (examples / DLRM, examples / GPT, plain, bom, padded, big):
+        for chunk in (4096, 1 << 20):
+            trace = open_trace(path, chunk_bytes=chunk)
+            assert trace.sha256 is None  # not read yet
+            n = sum(b.num_rows for b in trace.batches())
+            assert n > 0
+            assert trace.sha256 == hashlib.sha256(path.read_bytes()).hexdigest(), (path, chunk)
+
+
+def test_a_refused_reading_reports_no_hash(tmp_path: Path) -> None:
+    """A reading that stops at an error has not seen the whole file: no hash is claimed."""
+    p = tmp_path / "truncated.json"
+    p.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2}, ')
+    trace = open_trace(p)
+    with pytest.raises(MalformedTrace):
+        list(trace.batches())
+    assert trace.sha256 is None

@@ -14,6 +14,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 
 import lumos_sql
@@ -83,6 +84,20 @@ def _derived_view_sql(name: str, glob: str) -> str:
     return lumos_sql.render("catalog/derived", view=name, glob=glob)
 
 
+@cache
+def views_fingerprint() -> str:
+    """A hash of the SQL every view is built from: a catalog built by another version of these
+    files (a view reading the Parquet differently) is rebuilt, not trusted."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    names = [f"catalog/{v}" for v in VIEWS] + ["catalog/derived", "catalog/info"]
+    names += [f"{d}/view" for d in DERIVED_VIEWS if f"{d}/view" in lumos_sql.names()]
+    for name in names:
+        digest.update(lumos_sql.load(name).encode())
+    return digest.hexdigest()
+
+
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -112,6 +127,7 @@ def build_catalog(warehouse: str | os.PathLike[str]) -> Path:
                     "catalog/info",
                     root=_literal(str(layout.root)),
                     version=_literal(version("lumos")),
+                    views_sha=_literal(views_fingerprint()),
                 )
             )
             con.execute("CHECKPOINT")
@@ -154,7 +170,8 @@ def no_trace_message(con, job: str, known: list[str]) -> str:  # noqa: ANN001
 
 
 def catalog_is_current(warehouse: str | os.PathLike[str]) -> bool:
-    """True when the catalog exists and its views point at this warehouse's current location."""
+    """True when the catalog exists, its views point at this warehouse's current location and
+    were built from the SQL files this code has (`views_fingerprint`)."""
     import duckdb
 
     layout = Layout.at(warehouse)
@@ -165,14 +182,20 @@ def catalog_is_current(warehouse: str | os.PathLike[str]) -> bool:
     except duckdb.Error:
         return False
     try:
-        root = con.execute("SELECT warehouse_root FROM lumos_catalog").fetchone()[0]
+        root, views_sha = con.execute(
+            "SELECT warehouse_root, views_sha FROM lumos_catalog"
+        ).fetchone()
         names = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
     except duckdb.Error:
         return False
     finally:
         con.close()
     # A derived table written since the catalog was built needs its view added.
-    return root == str(layout.root) and set(VIEWS) | set(present_derived_views(layout)) <= names
+    return (
+        root == str(layout.root)
+        and views_sha == views_fingerprint()
+        and set(VIEWS) | set(present_derived_views(layout)) <= names
+    )
 
 
 # DuckDB splits a scan, a sort or a window's input by row groups of this many rows; a thread

@@ -1,15 +1,18 @@
 """Ingest trace files into the warehouse: hash, skip what is known, parse, stage, commit.
 
 Steps for each file:
-  1. sha256 of the bytes (streamed). If the manifest's latest row for (job, sha256) exists, the
-     file is unchanged: nothing is written (a file refused before stays refused, and is reported).
+  1. A file of a size some manifest row has is hashed (sha256, streamed) first. If the manifest's
+     latest row for (job, sha256) exists, the file is unchanged: nothing is written (a file
+     refused before stays refused, and is reported). Other files cannot be in the warehouse.
   2. The reader streams Arrow batches into a Parquet file in `<wh>/_staging/<run>/` (zstd, row
-     groups of about 1M rows). Parsing runs in a process pool when `workers > 1` and the
-     files hold enough JSON to pay for starting the workers (`_pool_size`).
+     groups of about 1M rows), hashing the file's bytes as it reads them: a file is read once.
+     Parsing runs in a process pool when `workers > 1` and the files hold enough JSON to pay
+     for starting the workers (`_pool_size`).
   3. Commit, under the warehouse's `flock`: re-read the manifest (another process may have
      committed the same file meanwhile), move a later profiling window of a job to its own job
      (`warehouse.windows`), refuse a second file claiming a (job, rank) already held by other
-     content, rename the events and trace_meta files into place, then append the
+     content (a file whose content turns out to be there already is `unchanged`), rename the
+     events and trace_meta files into place (named by the sha256), then append the
      manifest rows as one atomically renamed part. The manifest is the commit point: the catalog's
      views only show events of files with an `ok` manifest row, so a process killed between two
      renames leaves nothing visible, and the next ingest deletes the orphans.
@@ -49,7 +52,7 @@ from warehouse.layout import PARQUET_COMPRESSION, SCHEMA_FILE, Layout, encode_jo
 from warehouse.manifest import Manifest, append_rows, commit_lock, compact, read_manifest
 from warehouse.no_pandas import block_pandas
 from warehouse.readers.columns import POOL
-from warehouse.schema import EVENTS, TRACE_META
+from warehouse.schema import EVENT_FILE, TRACE_META
 
 __all__ = ["FileOutcome", "IngestProgress", "IngestReport", "ingest"]
 
@@ -76,13 +79,13 @@ RETRIED_REFUSALS = (INTERNAL_ERROR, RANK_HELD, RANK_UNKNOWN)
 # overflows and costs 3x the write time for a bigger file (measured on df_index_resolver).
 _NO_DICTIONARY = {"args_json", "input_dims"}
 EVENT_DICTIONARY_COLUMNS = [
-    f.name for f in EVENTS if pa.types.is_string(f.type) and f.name not in _NO_DICTIONARY
+    f.name for f in EVENT_FILE if pa.types.is_string(f.type) and f.name not in _NO_DICTIONARY
 ]
 # Row-group statistics where a filter can use them: numbers (time ranges, ranks, ids) and the
 # file keys. A 1M-row group spans every name and category, so their min/max prune nothing, and
 # computing them on every string was 7% of the Parquet write.
 EVENT_STATISTICS_COLUMNS = [
-    f.name for f in EVENTS if not pa.types.is_string(f.type) or f.name in ("job", "trace_sha256")
+    f.name for f in EVENT_FILE if not pa.types.is_string(f.type) or f.name == "job"
 ]
 # Columns that mostly increase from event to event (an index, timestamps, ids handed out in
 # order) are stored as deltas: on the 1 GB trace, 9% less write time, a 21% smaller file, and
@@ -173,7 +176,6 @@ class IngestReport:
 class _Task:
     index: int
     planned: PlannedFile
-    sha256: str
     staging: str
 
 
@@ -182,6 +184,7 @@ class _Staged:
     """A parsed file waiting in staging (or the reason it was refused)."""
 
     index: int
+    sha256: str = ""
     error: str | None = None
     job: str = ""
     job_source: str = ""
@@ -212,39 +215,36 @@ def _constant(value, n: int, type_: pa.DataType) -> pa.Array:
 
 
 class _KeyColumns:
-    """The job, rank and sha256 columns of a file's batches: built once at the largest batch's
-    length and sliced (zero-copy) for the others, instead of once per batch."""
+    """The job and rank columns of a file's batches: built once at the largest batch's length
+    and sliced (zero-copy) for the others, instead of once per batch."""
 
     def __init__(self) -> None:
-        self.key: tuple[str, int, str] | None = None
+        self.key: tuple[str, int] | None = None
         self.arrays: list[pa.Array] = []
 
-    def get(self, job: str, rank: int, sha: str, n: int) -> list[pa.Array]:
-        if self.key != (job, rank, sha) or len(self.arrays[0]) < n:
-            self.key = (job, rank, sha)
-            self.arrays = [
-                _constant(job, n, pa.string()),
-                _constant(rank, n, pa.int32()),
-                _constant(sha, n, pa.string()),
-            ]
+    def get(self, job: str, rank: int, n: int) -> list[pa.Array]:
+        if self.key != (job, rank) or len(self.arrays[0]) < n:
+            self.key = (job, rank)
+            self.arrays = [_constant(job, n, pa.string()), _constant(rank, n, pa.int32())]
         return [a.slice(0, n) for a in self.arrays]
 
 
-def _with_keys(
-    batch: pa.RecordBatch, job: str, rank: int, sha: str, cache: _KeyColumns
-) -> pa.RecordBatch:
-    keys = cache.get(job, rank, sha, batch.num_rows)
-    return pa.RecordBatch.from_arrays(keys + list(batch.columns), schema=EVENTS)
+def _with_keys(batch: pa.RecordBatch, job: str, rank: int, cache: _KeyColumns) -> pa.RecordBatch:
+    keys = cache.get(job, rank, batch.num_rows)
+    return pa.RecordBatch.from_arrays(keys + list(batch.columns), schema=EVENT_FILE)
 
 
 def _events_writer(path: str) -> pq.ParquetWriter:
+    # Pages end at the 1 MiB default size only, not at Arrow's default of 20,000 rows: on the
+    # mostly-null columns those short pages made the 1 GB trace's file 4 % bigger.
     return pq.ParquetWriter(
         path,
-        EVENTS,
+        EVENT_FILE,
         compression=PARQUET_COMPRESSION,
         use_dictionary=EVENT_DICTIONARY_COLUMNS,
         write_statistics=EVENT_STATISTICS_COLUMNS,
         column_encoding=dict.fromkeys(EVENT_DELTA_COLUMNS, "DELTA_BINARY_PACKED"),
+        max_rows_per_page=ROW_GROUP_ROWS,
         memory_pool=POOL,
     )
 
@@ -339,8 +339,8 @@ def _restamp(path: str, job: str, rank: int) -> None:
         for i in range(src.num_row_groups):
             table = src.read_row_group(i)
             n = table.num_rows
-            table = table.set_column(0, EVENTS.field("job"), _constant(job, n, pa.string()))
-            table = table.set_column(1, EVENTS.field("rank"), _constant(rank, n, pa.int32()))
+            table = table.set_column(0, EVENT_FILE.field("job"), _constant(job, n, pa.string()))
+            table = table.set_column(1, EVENT_FILE.field("rank"), _constant(rank, n, pa.int32()))
             writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
     src.close()
     os.replace(tmp, path)
@@ -362,12 +362,13 @@ def _parse_one(task: _Task) -> _Staged:
 
     planned = task.planned
     out = _Staged(task.index, job=planned.job)
-    base = Path(task.staging) / f"{task.index:06d}-{task.sha256[:16]}"
+    base = Path(task.staging) / f"{task.index:06d}"
     events_tmp, meta_tmp = str(base) + ".events.parquet", str(base) + ".meta.parquet"
     job, rank = planned.job, provisional_rank(planned)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # bulk parsing allocates millions of objects; the cyclic GC costs 2-3x (notes §4)
     writer = None
+    trace = None
     try:
         trace = open_trace(planned.path)
         writer = _WriterThread(events_tmp)
@@ -379,9 +380,10 @@ def _parse_one(task: _Task) -> _Staged:
                 # distributedInfo by now: stamping the right job and rank avoids a rewrite.
                 job, rank = _early_keys(planned, trace.meta, rank)
             n += batch.num_rows
-            writer.write(_with_keys(batch, job, rank, task.sha256, key_columns))
+            writer.write(_with_keys(batch, job, rank, key_columns))
         writer.close()
         writer = None
+        out.sha256 = trace.sha256 or sha256_file(planned.path)
         meta = trace.meta
         top_level = dict(_meta_get(meta, "top_level", {}) or {})
         out.job, out.job_source = resolve_job(planned, top_level, _meta_get(meta, "rank"))
@@ -393,7 +395,7 @@ def _parse_one(task: _Task) -> _Staged:
             {
                 "job": [out.job] * len(keys),
                 "rank": [out.rank] * len(keys),
-                "trace_sha256": [task.sha256] * len(keys),
+                "trace_sha256": [out.sha256] * len(keys),
                 "key": keys,
                 "value_json": [top_level[k] for k in keys],
             },
@@ -431,6 +433,8 @@ def _parse_one(task: _Task) -> _Staged:
                 pass
         if gc_was_enabled:
             gc.enable()
+    if not out.sha256:  # refused before the reading reached the end: the manifest row needs it
+        out.sha256 = sha256_file(planned.path)
     if out.error:
         out.n_events, out.events_tmp, out.meta_tmp = 0, None, None
         for p in (events_tmp, meta_tmp, events_tmp + ".restamp"):
@@ -574,7 +578,7 @@ def _commit(
             holders.setdefault(j, {})[r] = row
         for task, size, staged in batch:
             planned = task.planned
-            sha = task.sha256
+            sha = staged.sha256
             job = staged.job
             prev = in_batch.get((job, sha)) or manifest.get(job, sha)
             window_note = None
@@ -771,13 +775,23 @@ def ingest(
         _clean_orphans(layout, read_manifest(layout))
 
     sizes = [p.path.stat().st_size for p in planned]
-    with ThreadPoolExecutor(max(1, workers)) as pool:  # hashlib releases the GIL
-        shas = list(pool.map(sha256_file, (p.path for p in planned)))
-
     manifest = read_manifest(layout)
+    # Only a file of a size the warehouse has seen can be in it already: those are hashed first,
+    # to skip them unparsed. Every other file is hashed by the reading that parses it.
+    seen_sizes = {r["size_bytes"] for r in manifest.rows}
+    first = [i for i, size in enumerate(sizes) if size in seen_sizes]
+    with ThreadPoolExecutor(max(1, workers)) as pool:  # hashlib releases the GIL
+        shas = dict(
+            zip(first, pool.map(sha256_file, (planned[i].path for i in first)), strict=True)
+        )
+
     outcomes: dict[int, FileOutcome] = {}
     todo: list[int] = []
-    for i, (p, sha) in enumerate(zip(planned, shas, strict=True)):
+    for i, p in enumerate(planned):
+        sha = shas.get(i)
+        if sha is None:
+            todo.append(i)
+            continue
         prev = manifest.get(p.job, sha)
         if prev is None and not p.job_given:
             prev = _ingested_under_declared_job(layout, manifest, sha)
@@ -835,7 +849,7 @@ def ingest(
     ready: dict[int, _Staged] = {}
     if todo:
         with _run_staging(layout) as staging:
-            tasks = {i: _Task(i, planned[i], shas[i], str(staging)) for i in todo}
+            tasks = {i: _Task(i, planned[i], str(staging)) for i in todo}
             order = iter(todo)
             next_i = next(order, None)
             pending: list[tuple[_Task, int, _Staged]] = []

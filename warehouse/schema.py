@@ -75,6 +75,11 @@ EVENT_KEY_FIELDS: list[pa.Field] = [
 
 READER_EVENTS = pa.schema(EVENT_FIELDS)
 EVENTS = pa.schema(EVENT_KEY_FIELDS + EVENT_FIELDS)
+# What an events file holds: EVENTS without trace_sha256. A file is named by that hash
+# (events/job=<job>/rank=<rank>/<sha256>.parquet) and the catalog views read it from the name:
+# the hash is complete only once the reading that parses the file reaches its end, after the
+# rows were written, and hashing first would read every file twice.
+EVENT_FILE = pa.schema([f for f in EVENTS if f.name != "trace_sha256"])
 
 # The manifest: one row per file the warehouse has seen, ingested or refused.
 TRACES = pa.schema(

@@ -4,4 +4,6 @@
 -- job, which grows with the fleet; work on one job (its graph, its collectives) reads this.
 -- Slot: {{files}}, a DuckDB list of quoted paths.
 CREATE OR REPLACE TEMP VIEW job_events AS
-SELECT * FROM read_parquet({{files}}, union_by_name = true, hive_partitioning = false);
+-- trace_sha256 is the file's name, as in the `events` view.
+SELECT * EXCLUDE (filename) REPLACE (parse_filename(filename, true) AS trace_sha256)
+FROM read_parquet({{files}}, union_by_name = true, hive_partitioning = false, filename = true);

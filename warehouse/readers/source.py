@@ -2,11 +2,14 @@
 
 gzip is recognised by its magic bytes, not the file name, and decompressed with `isal.igzip`
 (1-3 GB/s, field-notes §4). Decompression failures (a truncated or corrupt gzip member) become
-MalformedTrace naming the file.
+MalformedTrace naming the file. `HashedFile` hashes the file's own (compressed) bytes as they
+are read, so one reading gives both the events and the sha256 that identifies the content.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +25,43 @@ GZIP_MAGIC = b"\x1f\x8b"
 def is_gzip(path: Path) -> bool:
     with open(path, "rb") as f:
         return f.read(2) == GZIP_MAGIC
+
+
+class HashedFile(io.RawIOBase):
+    """A file's raw bytes, read unbuffered and hashed (sha256) on the way: the ingest learns a
+    file's content hash from the reading that parses it instead of reading the file twice (0.3 s
+    of CPU per GB, and half the I/O of a fleet on a network file system)."""
+
+    def __init__(self, path: Path) -> None:
+        self._f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed by close())
+        self._digest = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # noqa: ANN001 (any writable buffer)
+        n = self._f.readinto(b) or 0
+        if n:
+            self._digest.update(memoryview(b)[:n])  # releases the GIL for large data
+        return n
+
+    def sha256(self) -> str:
+        """The whole file's sha256: bytes not read yet (after a gzip stream's end) are read now."""
+        buf = bytearray(1 << 20)
+        while self.readinto(buf):
+            pass
+        return self._digest.hexdigest()
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+def decompressed(raw: HashedFile, gz: bool) -> BinaryIO:
+    """The decompressed content of an open `HashedFile`."""
+    if gz:
+        return igzip.IGzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw  # type: ignore[return-value]
 
 
 def open_stream(path: Path) -> BinaryIO:

@@ -33,7 +33,7 @@ from warehouse.readers.sniff import (
     looks_binary,
     wide_encoding,
 )
-from warehouse.readers.source import fill, is_gzip, open_stream, read_head
+from warehouse.readers.source import HashedFile, decompressed, fill, is_gzip, read_head
 from warehouse.readers.timespan import timed_span
 from warehouse.readers.views import int_view, valid_mask
 
@@ -74,6 +74,8 @@ class KinetoTrace:
         self._state_ev_count = 0  # complete events before a scanner error, within its buffer
         self._reason = 0  # fused.R_* of an invalid-JSON error inside an event
         self._work = bytearray()
+        # the sha256 of the file's bytes, known once batches() has read it all without error
+        self.sha256: str | None = None
 
     def __repr__(self) -> str:
         return f"KinetoTrace({str(self.path)!r})"
@@ -83,6 +85,7 @@ class KinetoTrace:
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Yield the events as RecordBatches (schema READER_EVENTS), in file order."""
         self.meta = TraceMeta()
+        self.sha256 = None
         self._raw_cats.clear()
         self._gpu_devices.clear()
         # One buffer for the whole file: chunks are read into it after the unfinished tail of the
@@ -109,7 +112,7 @@ class KinetoTrace:
         n_events = 0
         # Reads never go past `limit` (a reused buffer may be bigger): chunks stay `step` long.
         limit = step
-        with open_stream(self.path) as stream:
+        with HashedFile(self.path) as raw, decompressed(raw, gz) as stream:
             while True:
                 room = limit - n_data
                 if room < max(1, step // 2):
@@ -164,7 +167,9 @@ class KinetoTrace:
                         offset += clean
                     if not full:
                         break
+            sha256 = raw.sha256()
         self._finish(bytes(memoryview(work)[1 : 1 + n_data]), state, offset, n_events)
+        self.sha256 = sha256
 
     def read_all(self) -> pa.Table:
         """All events as one table (convenience for tests and small traces)."""
