@@ -201,3 +201,41 @@ def test_orphan_data_file_is_invisible_and_removed(examples: Path, warehouse_dir
     assert dlrm.returncode == 0
     assert not orphan.exists()
     assert_clean(warehouse_dir)
+
+
+def _file_size_limit(limit: int):  # noqa: ANN202
+    import resource
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_a_failing_parquet_write_refuses_the_file_and_keeps_the_rest(
+    examples: Path, shared_traces: Path, warehouse_dir: Path
+) -> None:
+    """The Parquet writer runs in a thread several batches behind the reader: when it fails (here
+    a 1 MiB file size limit, above the catalog's 0.5 MB, makes the events file's writes fail with
+    EFBIG, as a full disk would), the
+    error reaches the file's outcome as an internal error, which is retried next time, nothing of
+    that file is left staged or visible, and the other files of the call are ingested."""
+    big = shared_traces / "hta/df_index_resolver/df_index_resolver.json.gz"  # 1.6 MB of Parquet
+    small = examples / "nccl_a100" / "nccl_data.json.gz"
+    p = lumos(
+        "ingest", str(small), str(big), "--warehouse", str(warehouse_dir),
+        preexec_fn=_file_size_limit(1 << 20),
+    )  # fmt: skip
+    out, err = p.communicate(timeout=300)
+    rows = {Path(r["path"]).name: r for r in manifest_rows(warehouse_dir)}
+    assert rows[small.name]["status"] == "ok", (out, err)
+    bad = rows[big.name]
+    assert bad["status"] == "refused" and "internal error while reading" in bad["error"], bad
+    assert "File too large" in bad["error"], bad["error"]
+    assert not list((warehouse_dir / "_staging").rglob("*.parquet"))
+    assert assert_consistent(warehouse_dir) == 1
+    # without the limit the same call ingests it (internal errors are retried)
+    again = run("ingest", str(small), str(big), "--warehouse", str(warehouse_dir))
+    assert again.returncode == 0, again.stderr
+    assert assert_consistent(warehouse_dir) == 2
