@@ -218,9 +218,9 @@ def test_a_failing_parquet_write_refuses_the_file_and_keeps_the_rest(
 ) -> None:
     """The Parquet writer runs in a thread several batches behind the reader: when it fails (here
     a 1 MiB file size limit, above the catalog's 0.5 MB, makes the events file's writes fail with
-    EFBIG, as a full disk would), the
-    error reaches the file's outcome as an internal error, which is retried next time, nothing of
-    that file is left staged or visible, and the other files of the call are ingested."""
+    EFBIG, as a full disk would), the error reaches the file's outcome as an internal error, which
+    is retried next time, nothing of that file is left staged or visible, and the other files of
+    the call are ingested."""
     big = shared_traces / "hta/df_index_resolver/df_index_resolver.json.gz"  # 1.6 MB of Parquet
     small = examples / "nccl_a100" / "nccl_data.json.gz"
     p = lumos(
