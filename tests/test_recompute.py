@@ -12,6 +12,7 @@ checkpointed base kept its replay in every target."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
@@ -23,46 +24,52 @@ DIMS = dict(hidden=128, ffn=512, seq=64)
 
 
 @pytest.fixture(scope="module")
-def whs(tmp_path_factory) -> dict[str, Path]:
-    """One warehouse per variant, each holding only that job (estimates from the base alone)."""
+def recorded(tmp_path_factory) -> dict[str, list[tuple[Path, float]]]:
+    """Each variant recorded three times, interleaved (round r records plain, full, reentrant):
+    variant -> its recordings, each (trace path, median step), in round order."""
     require_torch()
-    from warehouse.ingest import ingest
-
     tmp = tmp_path_factory.mktemp("recompute")
-    # each variant recorded three times, interleaved, and the quietest recording kept: one
-    # recording's median step moves by ±15 % with what else the machine runs, and with two
-    # recordings a loaded CI machine once measured reentrant/plain 1.02 (1.32-1.36 otherwise)
-    runs = {v: [] for v in KINDS}
+    # the first recording of a session runs ~15 % slow (cold caches): a throwaway one takes it
+    record("plain", tmp / "traces" / "warm_up", steps=4, **DIMS)
+    runs: dict[str, list] = {v: [] for v in KINDS}
     for r in range(3):
         for v in KINDS:
-            runs[v].append(record(v, tmp / "traces" / f"{v}{r}", steps=8, **DIMS))
+            path = record(v, tmp / "traces" / f"{v}{r}", steps=8, **DIMS)
+            runs[v].append((path, _traced_median(path)))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def whs(recorded, tmp_path_factory) -> dict[str, Path]:
+    """One warehouse per variant, each holding only that job (estimates from the base alone):
+    its quietest recording (one recording's median step moves by ±15 % with what else the machine
+    runs)."""
+    from warehouse.ingest import ingest
+
+    tmp = tmp_path_factory.mktemp("recompute_wh")
     out = {}
     for v in KINDS:
         out[v] = tmp / f"wh_{v}"
-        ingest([min(runs[v], key=_traced_median)], warehouse=out[v], job=v)
+        ingest([min(recorded[v], key=lambda run: run[1])[0]], warehouse=out[v], job=v)
     return out
+
+
+def _round_ratios(recorded, base: str, target: str) -> list[float]:
+    """target's median step over base's in each round: recordings of one round run back to back,
+    under the same load. Ratios of each variant's quietest recording were not: a CI machine
+    loaded from the first round's full recording on measured full/plain 2.12 and reentrant/plain
+    1.93 (1.35-1.44 and 1.2-1.32 in quiet runs), and with two rounds once reentrant/plain 1.02."""
+    return [t[1] / b[1] for b, t in zip(recorded[base], recorded[target], strict=True)]
 
 
 def _traced_median(path: Path) -> float:
     """The median ProfilerStep of a recorded trace, from its raw JSON."""
     import json
-    import statistics
 
     events = json.loads(path.read_text())["traceEvents"]
     return statistics.median(
         e["dur"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
     )
-
-
-def _median_step(wh: Path, job: str) -> float:
-    from lumos.api import Warehouse
-
-    df = Warehouse.open(wh).sql(
-        "select median(dur_ns) as m from events where job = $job and cat = 'user_annotation' "
-        "and name like 'ProfilerStep#%'",
-        {"job": job},
-    )
-    return float(df["m"][0])
 
 
 def _layer_names(wh: Path, job: str, block: str) -> list[list[str]]:
@@ -124,23 +131,24 @@ def _predict(wh: Path, job: str, **changes: object) -> tuple[float, list[str]]:
     ("base", "target"),
     [("plain", "full"), ("plain", "reentrant"), ("full", "plain"), ("reentrant", "plain")],
 )
-def test_an_estimate_across_recompute_moves_toward_the_measured_step(whs, base, target):
+def test_an_estimate_across_recompute_moves_toward_the_measured_step(recorded, whs, base, target):
     """Predicted from the base alone: the change from the base's own configuration has the sign
-    of the measured change (target's median step / base's) and at least a third of its size,
-    without overshooting it, so the estimate lands closer to the target's step than the base's
+    of the measured change (target's median step / base's, per round) and at least a third of
+    its size, without overshooting it, so the estimate lands closer to the target's step than the base's
     own configuration (what `recompute` used to predict). Not all of the way: checkpointing's
     own bookkeeping (a Python hook per saved tensor, the reentrant autograd call) is not
     modelled, only its replay of the forward, and the estimate says so. Here: checkpointing
-    measured 1.39-1.46x (reentrant 1.32-1.36x) the plain step, predicted 1.24x; removing it
-    measured 0.69-0.76x, predicted 0.79-0.81x (three runs)."""
-    measured = _median_step(whs[target], target) / _median_step(whs[base], base)
+    measured 1.35-1.46x (reentrant 1.2-1.36x) the plain step, predicted 1.24x; removing it
+    measured 0.69-0.76x, predicted 0.79-0.81x."""
+    ratios = _round_ratios(recorded, base, target)
+    measured = statistics.median(ratios)
     mode = "none" if target == "plain" else "full"
     pred, warnings = _predict(whs[base], base, recompute=mode)
     unchanged, _ = _predict(whs[base], base)
     predicted = pred / unchanged
-    assert (predicted - 1) * (measured - 1) > 0, (predicted, measured)
-    assert abs(measured - 1) / 3 < abs(predicted - 1) < 1.1 * abs(measured - 1), (
-        predicted,
-        measured,
-    )
+    assert (predicted - 1) * (measured - 1) > 0, (predicted, ratios)
+    # the measured change is known to the rounds' spread (reentrant/plain 1.07-1.25 in one quiet
+    # run): at least a third of the smallest, at most 10 % past the largest
+    changes = [abs(r - 1) for r in ratios]
+    assert min(changes) / 3 < abs(predicted - 1) < 1.1 * max(changes), (predicted, ratios)
     assert any("bookkeeping" in w for w in warnings), warnings
