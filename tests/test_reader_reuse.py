@@ -19,8 +19,9 @@ import pyarrow as pa
 import pytest
 
 from warehouse.errors import MalformedTrace
-from warehouse.ingest import HASH_CHUNK, _constant, sha256_file
+from warehouse.ingest import _constant, sha256_file
 from warehouse.readers import open_trace
+from warehouse.readers.source import HASH_CHUNK
 
 DLRM = "dlrm_8rank/worker0_step_12.1694128201545.pt.trace.json.gz"
 GPT = "gpt_cpu/rank-0.pt.trace.json.gz"

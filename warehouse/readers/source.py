@@ -20,6 +20,8 @@ from isal import igzip
 from warehouse.errors import MalformedTrace
 
 GZIP_MAGIC = b"\x1f\x8b"
+# the buffer `HashedFile.sha256` reads the rest of a file through
+HASH_CHUNK = 1 << 20
 
 
 def is_gzip(path: Path) -> bool:
@@ -47,7 +49,7 @@ class HashedFile(io.RawIOBase):
 
     def sha256(self) -> str:
         """The whole file's sha256: bytes not read yet (after a gzip stream's end) are read now."""
-        buf = bytearray(1 << 20)
+        buf = bytearray(HASH_CHUNK)
         while self.readinto(buf):
             pass
         return self._digest.hexdigest()
