@@ -295,7 +295,7 @@ def _scalar(buf, i, n, err):  # pragma: no cover - numba
     return -2
 
 
-@kernel
+@kernel(inline=True)
 def _match(buf, ks, ke, kbytes, koff, table, group):  # pragma: no cover - numba
     """Index of the kept key of `group` whose bytes equal buf[ks:ke], or -1."""
     length = ke - ks

@@ -11,8 +11,10 @@ any allocation inside them fails at compile time instead of leaking. numba is pi
 Helpers called once per value or token are inlined (`inline=True`): a call passes every array
 as its seven fields, pushed on the stack, and the 27 calls per event were half of the conversion's
 time (perf, 54 MB trace). Inlining `int_value`, `str_value`, the number parser and the scan's
-`_string`/`_number`/`_scalar` took the conversion 60 -> 35 ms and the scan 84 -> 65 ms. Rare paths
-(`_unescape`, `_int_in_string`, `_literal`) and `_event` (once per event) stay calls.
+`_string`/`_number`/`_scalar` took the conversion 60 -> 35 ms and the scan 84 -> 65 ms; the key
+lookup `_match` (a dozen per event), the scan 3 % more. Rare paths (`_unescape`,
+`_int_in_string`, `_literal`, `_match_escaped`) and `_event` (once per event: inlined, no
+faster) stay calls.
 
 The kernels call helpers across this package's modules (`swar` inside `fused` and `columns`, ...),
 and numba keys a cached kernel by the hash of its own file only: an edited helper left the
