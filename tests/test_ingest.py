@@ -517,3 +517,35 @@ def test_a_catalog_built_from_other_view_sql_is_rebuilt(
     assert catalog_is_current(warehouse_dir)
     [(sha,)] = query(warehouse_dir, "select views_sha from lumos_catalog")
     assert sha == views_fingerprint()
+
+
+def test_the_catalog_stamp_stands_for_the_catalog_it_was_written_with(
+    examples: Path, warehouse_dir: Path
+) -> None:
+    """The check reads the stamp beside the catalog instead of opening it, only while the stamp
+    matches the file: a catalog written since, a missing or foreign stamp, or a derived table
+    written since all send it back to the catalog itself (or to a rebuild)."""
+    from warehouse.catalog import build_catalog, catalog_is_current
+
+    ingest([examples / "nccl_a100"], warehouse=warehouse_dir)
+    stamp = warehouse_dir / ".lumos.duckdb.stamp"
+    assert json.loads(stamp.read_text())["views_sha"]
+    assert catalog_is_current(warehouse_dir)
+
+    # a stamp that claims more than the catalog holds is not believed once the file changed
+    data = json.loads(stamp.read_text())
+    stamp.write_text(json.dumps({**data, "views": [*data["views"], "tasks"], "size": 1}))
+    (warehouse_dir / "tasks").mkdir()
+    pq.write_table(pa.table({"x": [1]}), warehouse_dir / "tasks" / "part.parquet")
+    assert not catalog_is_current(warehouse_dir)  # the catalog has no `tasks` view
+
+    # a missing stamp: the catalog is asked, and the stamp written again
+    build_catalog(warehouse_dir)
+    stamp.unlink()
+    assert catalog_is_current(warehouse_dir)
+    assert "tasks" in json.loads(stamp.read_text())["views"]
+
+    # garbage in the stamp is no stamp
+    stamp.write_text("{not json")
+    assert catalog_is_current(warehouse_dir)
+    assert json.loads(stamp.read_text())["root"] == str(warehouse_dir.resolve())
