@@ -310,6 +310,33 @@ def test_period_only_between_consecutive_steps(tmp_path) -> None:  # noqa: ANN00
     assert rows == [(2, None), (5, 70_000), (6, None)]
 
 
+def test_a_kernel_before_a_short_call_is_skew_not_an_early_launch(tmp_path) -> None:  # noqa: ANN001
+    """CPU and GPU clocks disagree by a few us: K3 starts 3 us before its 3 us launch call, which
+    is shorter than the rank's launch call (5 us). The call cannot be split into a launch and a
+    tail (the tail would last -2 us and the whole job failed to replay): it stays one launch."""
+    events = [
+        _x("ProfilerStep#1", "user_annotation", 100, 200),
+        _x("aten::add", "cpu_op", 110, 20),
+        _x("cudaLaunchKernel", "cuda_runtime", 112, 5, correlation=1),
+        _gpu("K1", 125, 10, 1),
+        _x("aten::mul", "cpu_op", 140, 20),
+        _x("cudaLaunchKernel", "cuda_runtime", 142, 5, correlation=2),
+        _gpu("K2", 150, 10, 2),
+        _x("aten::sub", "cpu_op", 170, 20),
+        _x("cudaLaunchKernel", "cuda_runtime", 175, 3, correlation=3),
+        _gpu("K3", 172, 10, 3),
+    ]
+    res = _replayed(tmp_path, "skew", events)
+    tasks = res.tables["tasks"].to_pylist()
+    third = [(t["role"], t["dur_ns"]) for t in tasks if t["name"] == "cudaLaunchKernel"][2:]
+    assert third == [("launch", 3_000)]
+    assert min(t["dur_ns"] for t in tasks) >= 0
+    s = {r["task"]: r for r in res.tables["schedules"].to_pylist() if r["mode"] == "model"}
+    k3 = next(t["task"] for t in tasks if t["name"] == "K3")
+    call = [t["task"] for t in tasks if t["name"] == "cudaLaunchKernel"][2]
+    assert s[k3]["start_ns"] >= s[call]["end_ns"]  # launched by its call, whatever the clocks say
+
+
 def test_a_group_is_named_by_its_outermost_op_whatever_the_file_order(tmp_path) -> None:  # noqa: ANN001
     """Two ops start together and the child is written first: the longer one is the parent and
     names the top-level task (the window orders a thread's ops by start, then end descending)."""

@@ -41,7 +41,10 @@ WITH pieces AS (
       USING (rank, pid, tid, grp)
 ), calls AS (
     SELECT r.*, c.launch_call_ns, c.sync_lat_ns,
-           coalesce(r.role = 'launch' AND r.l_ts < r.end_ns - c.launch_call_ns, FALSE) AS early
+           -- only a call longer than a launch call can be split: a kernel starting before a
+           -- shorter call even began is clock skew between CPU and GPU, not an early submission
+           coalesce(r.role = 'launch' AND r.dur_ns > c.launch_call_ns
+                    AND r.l_ts < r.end_ns - c.launch_call_ns, FALSE) AS early
     FROM g_rt_in AS r
     LEFT JOIN g_const AS c ON c.rank = r.rank AND c.device = coalesce(r.t_device, r.l_device)
 )
