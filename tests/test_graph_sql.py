@@ -281,6 +281,39 @@ def test_inferred_stream_wait_within_timer_noise_and_causal(waits) -> None:  # n
     assert s[k2][0] == s[k1][1] + 2_000  # K1's end + the default 2 us gap
 
 
+def test_an_inferred_wait_source_starts_before_its_waiter(tmp_path) -> None:  # noqa: ANN001
+    """K3 overlaps K1 by 50 us on stream 7, so the trace's timer noise is wide. K5 (stream 7,
+    launched before the wait) is short and runs from 5 us after K2 (stream 20, launched after
+    the wait) started: it ends within the noise band after K2's start, yet it cannot be what K2
+    waited for. No inferred edge comes from a task that started after its destination."""
+    events = [
+        _x("ProfilerStep#1", "user_annotation", 100, 400),
+        _x("aten::mm", "cpu_op", 110, 70),
+        _x("cudaLaunchKernel", "cuda_runtime", 112, 5, correlation=1),
+        _k("K1", 7, 125, 75, 1),
+        _x("cudaLaunchKernel", "cuda_runtime", 120, 5, correlation=2),
+        _k("K3", 7, 150, 60, 2),
+        _x("cudaLaunchKernel", "cuda_runtime", 130, 5, correlation=3),
+        _k("K5", 7, 305, 5, 3),
+        _x("cudaStreamWaitEvent", "cuda_runtime", 140, 3, correlation=4),
+        _x("cudaLaunchKernel", "cuda_runtime", 150, 5, correlation=5),
+        _k("K2", 20, 300, 20, 5),
+    ]
+    res = _replayed(tmp_path, "late_src", events)
+    tasks = {t["task"]: t for t in res.tables["tasks"].to_pylist()}
+    inferred = [
+        (tasks[d["src"]]["name"], tasks[d["dst"]]["name"])
+        for d in res.tables["deps"].to_pylist()
+        if d["kind"] == "stream_wait_inferred"
+    ]
+    assert ("K5", "K2") not in inferred
+    assert all(
+        tasks[d["src"]]["ts_ns"] < tasks[d["dst"]]["ts_ns"]
+        for d in res.tables["deps"].to_pylist()
+        if d["kind"] == "stream_wait_inferred"
+    )
+
+
 def _replayed(tmp_path, job: str, events: list[dict]):  # noqa: ANN001, ANN202
     """The replay of a trace of `events`, ingested as `job` into a fresh warehouse."""
     trace = tmp_path / f"{job}.json"

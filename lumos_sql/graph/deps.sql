@@ -112,7 +112,7 @@ WITH noise AS (
     -- each stream's tasks numbered by end, so that the tasks ending in a time band are a range
     -- of numbers: the band join below becomes an equi-join (a join on the stream alone pairs
     -- every late task with every task of the other stream)
-    SELECT rank, proc, task, end_ns, launch_ts,
+    SELECT rank, proc, task, ts_ns, end_ns, launch_ts,
            row_number() OVER (PARTITION BY rank, proc ORDER BY end_ns, task) AS e_ord
     FROM g_gpu_t
 ), ends AS (
@@ -127,11 +127,13 @@ WITH noise AS (
       ON lo.rank = c.rank AND lo.proc = c.other AND lo.end_ns <= c.explained - c.gap_ns
 ), hit AS (
     -- the event can only hold work launched before the wait call; of that work, the task that
-    -- ended last before the waiting task started (within timer noise) and explains its delay
+    -- ended last before the waiting task started (within timer noise) and explains its delay.
+    -- A task that started after the waiting one cannot be what it waited for, however short (a
+    -- wide noise band let such a task in, and two such edges closed a cycle)
     SELECT b.*, g.task AS src, g.end_ns AS src_end
     FROM (SELECT *, unnest(range(lo + 1, hi + 1)) AS e_ord FROM band WHERE hi > lo) AS b
     JOIN ge AS g ON g.rank = b.rank AND g.proc = b.other AND g.e_ord = b.e_ord
-    WHERE g.launch_ts < b.wait_ts
+    WHERE g.launch_ts < b.wait_ts AND g.ts_ns < b.ts_ns
 )
 SELECT rank, arg_max(src, src_end) AS src, dst
 FROM hit
