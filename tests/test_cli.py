@@ -127,6 +127,25 @@ def test_ingest_bad_argument(tmp_path: Path) -> None:
     assert not (tmp_path / "wh").exists()
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ingest", "x.json", "--job", ""],
+        ["replay", "--job", " "],
+        ["explain", "--job", ""],
+        ["export", "--job", "", "--rank", "0", "--step", "1", "--out", "x.json.gz"],
+        ["describe", "--job", ""],
+    ],
+)
+def test_an_empty_job_name_is_a_usage_error(argv: list[str], tmp_path: Path) -> None:
+    """`--job "$JOB"` with JOB unset: a one-line usage error, no traceback, nothing written."""
+    res = lumos(*argv, "--warehouse", str(tmp_path / "wh"), cwd=tmp_path)
+    assert res.returncode == 2
+    assert "argument --job: a job name cannot be empty" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "wh").exists()
+
+
 def test_an_empty_job_folder_among_others_is_skipped(tmp_path: Path, examples: Path) -> None:
     """A nightly `lumos ingest inbox/*` where one job's folder is still empty: the others are
     ingested, the empty one is named, and the exit status says something was left out."""

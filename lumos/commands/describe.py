@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from lumos.commands.options import add_warehouse
+from lumos.commands.options import add_warehouse, job_name
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "describe",
         help="infer a job's model and parallel configuration (and memory per rank) from its trace",
     )
-    p.add_argument("--job", required=True, help="job name in the warehouse")
+    p.add_argument("--job", type=job_name, required=True, help="job name in the warehouse")
     add_warehouse(p)
     p.add_argument(
         "--base",

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from lumos.commands.options import add_host_cores, add_warehouse
+from lumos.commands.options import add_host_cores, add_warehouse, job_name
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "pp_schedule ...) and kernel-class speed-ups (speedup.gemm=2, speedup.attn=1.5, "
         "speedup.comm=2, speedup.all=1.1). Exits 2 on a bad key or value.",
     )
-    p.add_argument("--job", required=True, help="base job name in the warehouse")
+    p.add_argument("--job", type=job_name, required=True, help="base job name in the warehouse")
     add_warehouse(p)
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
     p.add_argument("--base", nargs="+", action="extend", default=[], metavar="KEY=VALUE")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lumos.commands.options import add_warehouse
+from lumos.commands.options import add_warehouse, job_name
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="break a replayed job's iterations into compute/communication/idle and show what "
         "bounded them (writes the explanation tables)",
     )
-    p.add_argument("--job", required=True, help="a job replayed with `lumos replay`")
+    p.add_argument("--job", type=job_name, required=True, help="a job replayed with `lumos replay`")
     p.add_argument("--rank", type=int, default=None, help="only this rank (default: all)")
     p.add_argument("--step", type=int, default=None, help="only this step (default: all)")
     add_warehouse(p)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lumos.commands.options import add_warehouse
+from lumos.commands.options import add_warehouse, job_name
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -13,7 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "export",
         help="write one replayed step of a rank as Chrome-trace JSON (gzip) for ui.perfetto.dev",
     )
-    p.add_argument("--job", required=True, help="a job replayed with `lumos replay`")
+    p.add_argument("--job", type=job_name, required=True, help="a job replayed with `lumos replay`")
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--step", type=int, required=True, help="profiler step number (ProfilerStep#N)")
     p.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lumos.commands.options import add_warehouse
+from lumos.commands.options import add_warehouse, job_name
 
 DESCRIPTION = """\
 Ingest Kineto trace files (or every *.json / *.json.gz under the given directories) into the
@@ -25,7 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories")
-    p.add_argument("--job", help="ingest all the given files as the ranks of this job")
+    p.add_argument(
+        "--job", type=job_name, help="ingest all the given files as the ranks of this job"
+    )
     add_warehouse(p)
     p.add_argument(
         "--workers", type=int, default=1, metavar="N", help="parse N files in parallel (default 1)"

@@ -36,3 +36,11 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
     return value
+
+
+def job_name(text: str) -> str:
+    """An argparse type for `--job`: a name that is not empty or blank (the warehouse cannot
+    store one, and `--job ""` is more often a shell variable that was never set)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a job name cannot be empty")
+    return text

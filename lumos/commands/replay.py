@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lumos.commands.options import add_warehouse
+from lumos.commands.options import add_warehouse, job_name
 
 DESCRIPTION = """\
 Replay every ingested job (or each --job): rebuild its execution graph from the warehouse, replay
@@ -24,7 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--job", action="append", help="job to replay (repeatable; default: all)")
+    p.add_argument(
+        "--job", type=job_name, action="append", help="job to replay (repeatable; default: all)"
+    )
     add_warehouse(p)
     p.add_argument(
         "--no-explain",

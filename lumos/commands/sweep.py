@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lumos.commands.options import add_host_cores, add_warehouse
+from lumos.commands.options import add_host_cores, add_warehouse, job_name
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "speedup.<class>), `constraints:` (optional expressions such as `dp * pp * tp == 8`). "
         "Exits 2 on a bad grid file.",
     )
-    p.add_argument("--job", required=True, help="base job name in the warehouse")
+    p.add_argument("--job", type=job_name, required=True, help="base job name in the warehouse")
     p.add_argument("--grid", required=True, help="grid file (YAML)")
     add_warehouse(p)
     p.add_argument("--base", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
