@@ -370,6 +370,27 @@ def test_a_kernel_before_a_short_call_is_skew_not_an_early_launch(tmp_path) -> N
     assert s[k3]["start_ns"] >= s[call]["end_ns"]  # launched by its call, whatever the clocks say
 
 
+def test_a_step_without_tasks_leaves_the_period_before_it_unreplayed(tmp_path) -> None:  # noqa: ANN001
+    """ProfilerStep#2 lasts 0 us and holds no task, so it is not replayed: step 1's replayed
+    period cannot end at step 3's start (twice the measured period), it is not scored at all."""
+    events = [
+        _x("ProfilerStep#1", "user_annotation", 100, 50),
+        _x("aten::add", "cpu_op", 110, 20),
+        _x("ProfilerStep#2", "user_annotation", 170, 0),
+        _x("ProfilerStep#3", "user_annotation", 240, 50),
+        _x("aten::add", "cpu_op", 250, 20),
+        _x("ProfilerStep#4", "user_annotation", 310, 50),
+        _x("aten::add", "cpu_op", 320, 20),
+    ]
+    rows = _replayed(tmp_path, "zero_step", events).tables["iteration_replay"].to_pylist()
+    period = sorted(
+        (r["step"], r["measured_ns"], r["replayed_ns"])
+        for r in rows
+        if r["metric"] == "period" and r["mode"] == "model"
+    )
+    assert period == [(3, 70_000, 70_000)]
+
+
 def test_a_group_is_named_by_its_outermost_op_whatever_the_file_order(tmp_path) -> None:  # noqa: ANN001
     """Two ops start together and the child is written first: the longer one is the parent and
     names the top-level task (the window orders a thread's ops by start, then end descending)."""

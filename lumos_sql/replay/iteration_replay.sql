@@ -57,11 +57,15 @@ WITH first_t AS (
     SELECT i.job, i.rank, i.step, r.mode, i.warmup, i.truncated,
            i.cpu_step_ns, r.r_end - r.r_start AS r_cpu,
            i.period_ns,
-           lead(r.r_start) OVER (PARTITION BY i.rank, r.mode ORDER BY i.step) - r.r_start AS r_period,
+           -- the next replayed step must be the next step: a step without a task of its own
+           -- (a zero-length ProfilerStep) is not replayed, and the period would span two steps
+           CASE WHEN lead(i.step) OVER w = i.step + 1 THEN lead(r.r_start) OVER w - r.r_start
+           END AS r_period,
            i.gpu_span_ns, rg.r_gpu
     FROM g_iter_rel AS i
     JOIN rep AS r ON r.rank = i.rank AND r.step = i.step
     LEFT JOIN rep_gpu AS rg ON rg.rank = i.rank AND rg.step = i.step AND rg.mode = r.mode
+    WINDOW w AS (PARTITION BY i.rank, r.mode ORDER BY i.step)
 ), long AS (
     SELECT job, rank, step, mode, warmup, truncated, 'cpu_step' AS metric,
            cpu_step_ns AS measured_ns, r_cpu AS replayed_ns FROM joined
