@@ -179,3 +179,33 @@ def test_a_trace_without_profiler_steps_replays_and_explains_its_whole_capture(
     res = lumos("explain", "--job", "nostep", "--warehouse", wh)
     assert res.returncode == 0, res.stderr
     assert "nostep" in res.stdout
+
+
+def test_a_rank_with_no_scored_step_is_named(shared_traces: Path, tmp_path: Path) -> None:
+    """Rank 1 is rank 0's trace with every GPU task cut out: each of its steps launches work the
+    capture does not hold (truncated). Replay scores rank 0 and names rank 1 as unscored, where
+    it used to drop it from the table without a word."""
+    import gzip
+
+    src = shared_traces / "hta/nccl_parser_config/nccl_data.json.gz"
+    trace = json.loads(gzip.decompress(src.read_bytes()))
+    job = tmp_path / "two"
+    job.mkdir()
+    (job / "rank-0.json").write_text(json.dumps(trace))
+    trace["traceEvents"] = [
+        e
+        for e in trace["traceEvents"]
+        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
+    trace.get("distributedInfo", {})["rank"] = 1
+    (job / "rank-1.json").write_text(json.dumps(trace))
+    wh = str(tmp_path / "wh")
+    assert lumos("ingest", str(job), "--job", "two", "--warehouse", wh).returncode == 0
+    res = lumos("replay", "--job", "two", "--warehouse", wh)
+    assert res.returncode == 0, res.stderr
+    assert (
+        "job 'two': rank(s) 1 not scored: every traced step of theirs is warm-up or truncated"
+        in (res.stderr)
+    )
+    ranks = {line.split()[1] for line in res.stdout.splitlines() if line.startswith("two ")}
+    assert ranks == {"0"}

@@ -136,7 +136,7 @@ def _print_table(shown: list) -> None:
 
 def _nothing_scored(outcome, quality) -> str | None:  # noqa: ANN001
     """Why a replayed job has no row in the table above, or what its one row stands for (None
-    when it has per-step rows)."""
+    when every rank has per-step rows)."""
     if outcome.n_iterations is None:
         return None
     if outcome.n_iterations == 0:
@@ -156,7 +156,15 @@ def _nothing_scored(outcome, quality) -> str | None:  # noqa: ANN001
             "and call prof.step() every iteration for per-iteration figures"
         )
     if quality.num_rows:
-        return None
+        # a rank whose every step is warm-up or truncated has no row: say so, not drop it
+        missing = sorted(set(outcome.ranks or ()) - set(quality.column("rank").to_pylist()))
+        if not missing:
+            return None
+        return (
+            f"rank(s) {', '.join(map(str, missing))} not scored: every traced step of theirs is "
+            "warm-up or truncated (it launches GPU work the capture does not hold); their steps "
+            "are in `iterations`"
+        )
     return (
         f"all {outcome.n_iterations} traced step(s) are warm-up or truncated, so none is scored "
         "(the first traced step is warm-up; profile a few more steps)"

@@ -27,6 +27,7 @@ from functools import cache
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import lumos_sql
@@ -99,6 +100,7 @@ class JobOutcome:
     n_iterations: int | None = None  # traced steps found ('replayed' only)
     # the trace has no ProfilerStep: its one iteration is the whole capture ('replayed' only)
     whole_capture: bool | None = None
+    ranks: tuple[int, ...] | None = None  # the ranks with a task ('replayed' only)
 
     @property
     def failed(self) -> bool:
@@ -193,6 +195,7 @@ def replay_one(
         out.n_tasks = res.tables["tasks"].num_rows
         out.n_iterations = res.tables["iterations"].num_rows
         out.whole_capture = any(res.tables["iterations"].column("whole_capture").to_pylist())
+        out.ranks = tuple(sorted(pc.unique(res.tables["tasks"].column("rank")).to_pylist()))
     except Exception as exc:  # noqa: BLE001 - recorded in replay_runs and reported per job
         out.status, out.error = "failed", f"{type(exc).__name__}: {exc}"
     out.seconds = time.perf_counter() - started
