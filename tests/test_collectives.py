@@ -256,3 +256,48 @@ def test_collective_arrays_drive_the_multi_rank_replay(wh: Path) -> None:
     # events that are not collectives are -1 / -1
     arr3 = collective_arrays(table, np.array([0]), np.array([0]))
     assert arr3.coll.tolist() == [-1] and arr3.dur_ns.tolist() == [-1]
+
+
+def _without_first_step(src: Path, dst: Path, rank: int) -> Path:
+    """`src` as rank `rank` whose capture starts one step later: every event before the second
+    ProfilerStep is gone, and with a removed runtime call the GPU work it launched."""
+    with gzip.open(src, "rt") as f:
+        doc = json.load(f)
+    events = doc["traceEvents"]
+    cut = sorted(e["ts"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))[1]
+    gone = {
+        e["args"]["correlation"]
+        for e in events
+        if e.get("cat") == "cuda_runtime" and e.get("ts", cut) < cut and "correlation" in e["args"]
+    }
+    doc["traceEvents"] = [
+        e
+        for e in events
+        if e.get("ts", cut) >= cut and (e.get("args") or {}).get("correlation") not in gone
+    ]
+    doc["distributedInfo"]["rank"] = rank
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(dst, "wt") as f:
+        json.dump(doc, f)
+    return dst
+
+
+def test_windows_a_step_apart_are_matched_by_step(shared_traces: Path, tmp_path: Path) -> None:
+    """nccl_data (3 steps, 7 collectives each, no sequence numbers) as rank 0, and the same
+    capture from its second step on as rank 1. By order alone rank 1's 14 collectives fit rank
+    0's 21 at two places (the steps repeat), so nothing was matched; the ProfilerStep numbers
+    tell them apart: steps 5 and 6 match, step 4 (rank 0 only) does not, and the clocks, the
+    same on both files, get no offset (a step's shift would be ~220 ms)."""
+    src = shared_traces / "hta/nccl_parser_config/nccl_data.json.gz"
+    late = _without_first_step(src, tmp_path / "late" / "rank1.json.gz", 1)
+    root = tmp_path / "wh"
+    ingest([src, late], warehouse=root, job="late")
+    t = build_collectives(root, "late").to_pandas()
+    assert t.groupby("rank").size().to_dict() == {0: 21, 1: 14}
+    matched = t[t["status"] == "matched"]
+    assert matched.groupby("rank").size().to_dict() == {0: 14, 1: 14}
+    assert (t.loc[t["status"] != "matched", "rank"] == 0).all()
+    # each matched collective pairs the same kernel of both files: same start, no offset
+    pairs = matched.pivot(index="coll_id", columns="rank", values="start_ns")
+    assert (pairs[0] == pairs[1]).all()
+    assert (matched["offset_ns"] == 0).all()

@@ -9,8 +9,9 @@ Pipeline for one job (`build_collectives`):
    issue order (the order NCCL requires every member to follow), or by sequence number when the
    trace has one; the k-th of group G on every member is one collective. Timestamps are never
    used across ranks. When members hold different numbers, their lists are aligned by signature
-   (normalised name, element count) if exactly one alignment agrees everywhere; otherwise the
-   group is reported `unmatched`.
+   (normalised name, element count) if exactly one alignment agrees everywhere; failing that,
+   by ProfilerStep number and order within the step (`_by_step`); otherwise the group is
+   reported `unmatched`.
 3. **Clock offsets** (`clock_offsets`): a collective ends (nearly) together on all participants,
    once the last one has arrived, so ``end[c, r] = T[c] + offset[r] + noise``. Offsets are solved
    per connected component of ranks (ranks joined by shared collectives), relative to its lowest
@@ -172,6 +173,45 @@ def _align(lists: dict[int, list[tuple]]) -> dict[int, int] | None:
     return shifts
 
 
+# A collective's index when matched by step: its step's number times this, plus its place in the
+# step (no step issues a million collectives of one group).
+_STEP_STRIDE = 1 << 20
+
+
+def _by_step(grp: pd.DataFrame, here: list[int]) -> pd.Series | None:
+    """Match a group's collectives by ProfilerStep number and order within the step, when the
+    order alone fits several alignments (a periodic sequence whose ranks' windows start a step
+    apart) or none. The profiler numbers steps by its calls to `step()`, the same on every rank
+    of an SPMD job: the k-th collective of step N on one member is the k-th of step N on every
+    other. A step counts only where every member traced it with the same signatures (name,
+    elements); the collectives of other steps get indices no other rank shares (unmatched).
+    None when some collective lies outside every step or no step agrees."""
+    if "step" not in grp or grp["step"].isna().any():
+        return None
+    step = grp["step"].astype("int64")
+    rank = grp["rank"].astype(int)
+    k = grp.groupby([rank, step]).cumcount()
+    sig = [
+        (n, None if pd.isna(e) else int(e))
+        for n, e in zip(grp["_norm"], grp["in_nelems"], strict=True)
+    ]
+    per: dict[tuple[int, int], list] = {}
+    for r, n, s_ in zip(rank, step, sig, strict=True):
+        per.setdefault((n, r), []).append(s_)
+    agree = {
+        n
+        for n in set(step)
+        if all((n, r) in per for r in here) and all(per[(n, r)] == per[(n, here[0])] for r in here)
+    }
+    if not agree:
+        return None
+    index = step * _STEP_STRIDE + k
+    # outside the agreeing steps: an index of this rank's alone (negative, never matched)
+    alone = ~step.isin(agree)
+    index[alone] = -(rank[alone].astype("int64") * _STEP_STRIDE * _STEP_STRIDE + index[alone]) - 1
+    return index
+
+
 def match_collectives(ops: pd.DataFrame, world: dict[int, int | None]) -> pd.DataFrame:
     """Add group_key, group_ranks, coll_index, n_participants and status to `ops`.
 
@@ -230,15 +270,20 @@ def match_collectives(ops: pd.DataFrame, world: dict[int, int | None]) -> pd.Dat
             if shifts is None:
                 shifts = _align(lists) if all(lists.values()) else None
             if shifts is None:
-                df.loc[grp.index, "coll_index"] = local.to_numpy()
-                continue  # stays UNMATCHED: counts or signatures disagree with no unique fix
-            index = local + grp["rank"].astype(int).map(shifts).fillna(0).astype("int64")
+                index = _by_step(grp, here)
+                if index is None:
+                    df.loc[grp.index, "coll_index"] = local.to_numpy()
+                    continue  # stays UNMATCHED: counts or signatures disagree with no unique fix
+            else:
+                index = local + grp["rank"].astype(int).map(shifts).fillna(0).astype("int64")
         df.loc[grp.index, "coll_index"] = index.to_numpy()
         # a collective is matched when every participant present holds it exactly once
         have = grp.assign(_k=index.to_numpy()).groupby("_k")["rank"].agg(["nunique", "size"])
         complete = have.index[(have["nunique"] == len(here)) & (have["size"] == len(here))]
         ok = np.isin(index.to_numpy(), complete.to_numpy()) & grp["rank"].isin(here).to_numpy()
         df.loc[grp.index[ok], "status"] = full
+        if (index < 0).any():  # by step: the unmatched keep their place on their rank
+            df.loc[grp.index[~ok], "coll_index"] = local.to_numpy()[~ok]
     return df.drop(columns="_norm")
 
 

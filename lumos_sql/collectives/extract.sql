@@ -113,10 +113,23 @@ cpu AS (
       AND lower(e.coll_name) NOT IN ('wait', 'barrier', 'init', 'coalesced', '')
       AND e.rank NOT IN (SELECT DISTINCT rank FROM k)
       AND e.rank NOT IN (SELECT DISTINCT rank FROM gloo)
+),
+-- the ProfilerStep#N the collective was issued in (NULL outside every step): the matcher's
+-- last resort when the order alone fits several alignments (periodic steps, windows that
+-- start a step apart on two ranks)
+steps AS (
+    SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns, TRY_CAST(substr(name, 14) AS BIGINT) AS step
+    FROM ev
+    WHERE ph = 'X' AND name LIKE 'ProfilerStep#%'
+),
+ops AS (
+    SELECT * FROM gpu
+    UNION ALL BY NAME
+    SELECT * FROM gloo
+    UNION ALL BY NAME
+    SELECT * FROM cpu
 )
-SELECT * FROM gpu
-UNION ALL BY NAME
-SELECT * FROM gloo
-UNION ALL BY NAME
-SELECT * FROM cpu
-ORDER BY rank, issue_ns, start_ns, event_idx;
+SELECT o.*, CASE WHEN o.issue_ns < s.end_ns THEN s.step END AS step
+FROM ops AS o
+ASOF LEFT JOIN steps AS s ON s.rank = o.rank AND s.ts_ns <= o.issue_ns
+ORDER BY o.rank, o.issue_ns, o.start_ns, o.event_idx;
