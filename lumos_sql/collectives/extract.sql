@@ -120,7 +120,8 @@ cpu AS (
 steps AS (
     SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns, TRY_CAST(substr(name, 14) AS BIGINT) AS step
     FROM ev
-    WHERE ph = 'X' AND name LIKE 'ProfilerStep#%'
+    -- the CPU annotation, as in graph/iterations (not its gpu_user_annotation image)
+    WHERE ph = 'X' AND cat IN ('user_annotation', 'cpu_op') AND name LIKE 'ProfilerStep#%'
 ),
 ops AS (
     SELECT * FROM gpu
