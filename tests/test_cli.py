@@ -209,3 +209,18 @@ def test_a_rank_with_no_scored_step_is_named(shared_traces: Path, tmp_path: Path
     )
     ranks = {line.split()[1] for line in res.stdout.splitlines() if line.startswith("two ")}
     assert ranks == {"0"}
+
+
+def test_unmatched_collectives_are_named(shared_traces: Path, tmp_path: Path) -> None:
+    """DLRM ranks 0 and 1, and rank 5 without its 5th collective kernel: the one step's lists
+    disagree, so the job's collectives stay unmatched and the multirank replay runs them apart;
+    replay says so instead of printing the table alone."""
+    from test_collectives import _dlrm_file, _rewrite
+
+    mid = _rewrite(_dlrm_file(shared_traces, 5), tmp_path / "mid" / "w5.json.gz", drop_coll=4)
+    wh = str(tmp_path / "wh")
+    files = [str(_dlrm_file(shared_traces, r)) for r in (0, 1)] + [str(mid)]
+    assert lumos("ingest", *files, "--job", "mid", "--warehouse", wh).returncode == 0
+    res = lumos("replay", "--job", "mid", "--warehouse", wh)
+    assert res.returncode == 0, res.stderr
+    assert "job 'mid': 23 of 23 collective kernels not matched across ranks" in res.stderr

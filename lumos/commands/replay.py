@@ -100,6 +100,15 @@ def _run(args: argparse.Namespace) -> int:
             why = _nothing_scored(o, quality)
             if why:
                 print(f"lumos replay: job {o.job!r}: {why}", file=sys.stderr)
+            if o.n_unmatched:
+                print(
+                    f"lumos replay: job {o.job!r}: {o.n_unmatched} of {o.n_collectives} "
+                    "collective kernels not matched across ranks (their order and steps "
+                    "disagree); the multirank replay runs them with their traced durations, "
+                    "not joined to their peers: see `select * from collectives where status = "
+                    "'unmatched'`",
+                    file=sys.stderr,
+                )
     for o in report.failed:
         again = " (failed before on the same files and code)" if o.status == "still failing" else ""
         print(

@@ -101,6 +101,8 @@ class JobOutcome:
     # the trace has no ProfilerStep: its one iteration is the whole capture ('replayed' only)
     whole_capture: bool | None = None
     ranks: tuple[int, ...] | None = None  # the ranks with a task ('replayed' only)
+    n_collectives: int = 0  # collective kernels of a multi-rank job, and those unmatched
+    n_unmatched: int = 0
 
     @property
     def failed(self) -> bool:
@@ -196,6 +198,7 @@ def replay_one(
         out.n_iterations = res.tables["iterations"].num_rows
         out.whole_capture = any(res.tables["iterations"].column("whole_capture").to_pylist())
         out.ranks = tuple(sorted(pc.unique(res.tables["tasks"].column("rank")).to_pylist()))
+        out.n_collectives, out.n_unmatched = res.n_collectives, res.n_unmatched
     except Exception as exc:  # noqa: BLE001 - recorded in replay_runs and reported per job
         out.status, out.error = "failed", f"{type(exc).__name__}: {exc}"
     out.seconds = time.perf_counter() - started

@@ -47,6 +47,10 @@ class JobReplay:
     tables: dict[str, pa.Table] = field(default_factory=dict)
     constants: list[DeviceConstants] = field(default_factory=list)
     queue_depth: int = 0
+    # of a multi-rank job: its collective kernels, and those not matched across ranks (the
+    # multirank replay runs them with their traced durations, not joined to their peers)
+    n_collectives: int = 0
+    n_unmatched: int = 0
 
 
 # what the graph scripts leave for the replay, the scoring and the callers of build_tables
@@ -318,6 +322,9 @@ def replay_and_write(
     reads it."""
     coll = job_collectives(warehouse, con, job)
     res = replay_job(con, job, collectives=coll)
+    if coll is not None:
+        res.n_collectives = coll.num_rows
+        res.n_unmatched = coll.column("status").to_pylist().count("unmatched")
     if write:
         write_job(warehouse, res)
         if coll is not None:
