@@ -8,8 +8,8 @@ Inputs: the largest shared trace (hta/df_index_resolver, 54 MB of JSON), a ~1 GB
 by repeating its events (written, uncompressed, to a temp dir, never into the repo), and the
 many-small-files case: the gzip'd traces of tests/data/corpus in one call. Each contender runs
 in its own subprocess; its wall time, CPU time and peak RSS (ru_maxrss of that process) are
-taken, the runs interleaved (round k runs every contender once), and the medians over --runs are
-printed with the ratios ours / HTA and ours / orjson.
+taken, the runs interleaved (round k runs every contender once, the order rotated each round),
+and the medians over --runs are printed with the ratios ours / HTA and ours / orjson.
 With --no-hta-large (HTA needs many GB and minutes on 1 GB), HTA is measured on a --mid-gb trace
 built the same way, alongside lumos, so a ratio is still printed. --markdown writes the table.
 Contenders: `lumos ingest` end to end (Parquet written), the lumos reader alone (Arrow batches),
@@ -249,8 +249,12 @@ def main() -> None:
                 name: ([], [], []) for name in contenders
             }
             failed: set[str] = set()
+            names = list(contenders)
             for r in range(args.runs):
-                for name, cmd in contenders.items():
+                # the order rotates each round: no contender always runs after the same one
+                # (lumos's 1 GB ingest took 4.8 s of CPU right after HTA and orjson, 4.1 s alone)
+                for name in names[r % len(names) :] + names[: r % len(names)]:
+                    cmd = contenders[name]
                     if name in failed:
                         continue
                     env = None
@@ -295,7 +299,7 @@ def main() -> None:
                     f"{label:>7} {name:<13} cpu {cpu:7.2f} s wall {wall:7.2f} s "
                     f"{r['events_per_s'] / 1e3:7.0f} kev/s/core {r['mb_per_s']:6.1f} MB/s/core "
                     f"(wall {r['wall_mb_per_s']:6.1f} MB/s)  peak RSS {r['peak_rss_mb']:6.0f} MB  "
-                    f"(median of {len(walls)})",
+                    f"(median of {len(walls)}: CPU {', '.join(f'{c:.2f}' for c in cpus)} s)",
                     flush=True,
                 )
         print()
