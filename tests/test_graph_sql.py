@@ -327,17 +327,21 @@ def _replayed(tmp_path, job: str, events: list[dict]):  # noqa: ANN001, ANN202
         con.close()
 
 
+def _steps(*spans: tuple[int, int, int]) -> list[dict]:
+    """ProfilerStep#n at ts (µs) lasting dur, each holding one 20 µs op 10 µs in (none when the
+    step is shorter than that)."""
+    out = []
+    for n, ts, dur in spans:
+        out.append(_x(f"ProfilerStep#{n}", "user_annotation", ts, dur))
+        if dur >= 30:
+            out.append(_x("aten::add", "cpu_op", ts + 10, 20))
+    return out
+
+
 def test_period_only_between_consecutive_steps(tmp_path) -> None:  # noqa: ANN001
     """A profiler that traces one step per cycle numbers them #2, #5, #8: the time from #2 to #5
     spans untraced steps, so it is no period; #5 to #6 is."""
-    events = [
-        _x("ProfilerStep#2", "user_annotation", 100, 50),
-        _x("aten::add", "cpu_op", 110, 20),
-        _x("ProfilerStep#5", "user_annotation", 400, 50),
-        _x("aten::add", "cpu_op", 410, 20),
-        _x("ProfilerStep#6", "user_annotation", 470, 50),
-        _x("aten::add", "cpu_op", 480, 20),
-    ]
+    events = _steps((2, 100, 50), (5, 400, 50), (6, 470, 50))
     its = _replayed(tmp_path, "cycles", events).tables["iterations"].to_pylist()
     rows = sorted((r["step"], r["period_ns"]) for r in its)
     assert rows == [(2, None), (5, 70_000), (6, None)]
@@ -373,15 +377,7 @@ def test_a_kernel_before_a_short_call_is_skew_not_an_early_launch(tmp_path) -> N
 def test_a_step_without_tasks_leaves_the_period_before_it_unreplayed(tmp_path) -> None:  # noqa: ANN001
     """ProfilerStep#2 lasts 0 us and holds no task, so it is not replayed: step 1's replayed
     period cannot end at step 3's start (twice the measured period), it is not scored at all."""
-    events = [
-        _x("ProfilerStep#1", "user_annotation", 100, 50),
-        _x("aten::add", "cpu_op", 110, 20),
-        _x("ProfilerStep#2", "user_annotation", 170, 0),
-        _x("ProfilerStep#3", "user_annotation", 240, 50),
-        _x("aten::add", "cpu_op", 250, 20),
-        _x("ProfilerStep#4", "user_annotation", 310, 50),
-        _x("aten::add", "cpu_op", 320, 20),
-    ]
+    events = _steps((1, 100, 50), (2, 170, 0), (3, 240, 50), (4, 310, 50))
     rows = _replayed(tmp_path, "zero_step", events).tables["iteration_replay"].to_pylist()
     period = sorted(
         (r["step"], r["measured_ns"], r["replayed_ns"])
