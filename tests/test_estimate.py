@@ -227,6 +227,20 @@ def test_estimate_forward_only_trace_is_a_clear_message(shared_traces, tmp_path,
     assert "qwen: the traced step has no backward operator" in out and "inference" in out
 
 
+def test_estimate_legacy_trace_says_why_it_is_refused(shared_traces, tmp_path, capsys):
+    """The 2021 ResNet-50 training trace: its steps are `Operator` (cpu_op) ProfilerSteps and its
+    backward bare autograd nodes. It was refused as having no ProfilerStep, then as inference;
+    the message names what is missing."""
+    from warehouse.ingest import ingest
+
+    src = shared_traces / "kineto" / "resnet50_legacy_2021.pt.trace.json.gz"
+    ingest([src], warehouse=tmp_path / "wh", job="resnet")
+    argv = ["estimate", "--warehouse", str(tmp_path / "wh"), "--job", "resnet", "--set", "dp=2"]
+    assert main(argv) == 2
+    out = capsys.readouterr().err
+    assert "resnet: the traced step's backward is in the legacy form of PyTorch before 1.10" in out
+
+
 def _rows(names: list[str], links: dict[int, int], opt_from: int) -> list[dict]:
     """template_tasks.sql-shaped rows of one step, 1 us per op (links: backward -> forward)."""
     return [

@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,8 @@ ROLE = {r: i for i, r in enumerate(ROLES)}
 BLOCKS = ("head", "f_pre", "f_layer", "f_post", "b_post", "b_layer", "b_pre", "opt", "tail")
 BLOCK = {b: i for i, b in enumerate(BLOCKS)}
 
+# an autograd node as PyTorch before 1.10 traced it: `CudnnConvolutionBackward`, `ReluBackward1`
+_LEGACY_BWD = re.compile(r"^[A-Z]\w*Backward\d*$")
 _TOK_H = ("layer_norm", "add", "dropout", "contiguous", "clone", "copy_", "mul", "rms_norm")
 _TOK_F = ("gelu", "silu", "relu", "swiglu")
 _TOK_V = ("cross_entropy", "log_softmax", "nll_loss", "softmax")
@@ -546,6 +549,13 @@ def template_from_rows(
     med = steps[int(np.argsort(step_ns)[len(steps) // 2])]
     ref = by_step[med]
     if not any(_is_bwd(r["name"]) or r["bwd_mb"] is not None for r in ref):
+        if any(_LEGACY_BWD.search(r["name"] or "") for r in ref):
+            raise TemplateError(
+                f"{job}: the traced step's backward is in the legacy form of PyTorch before 1.10 "
+                "(autograd nodes such as `ConvolutionBackward0` not wrapped in "
+                "autograd::engine::evaluate_function), which carries no link to the forward op: "
+                "the estimator needs a trace from PyTorch 1.10 or later"
+            )
         raise TemplateError(
             f"{job}: the traced step has no backward operator (autograd::engine::evaluate_function"
             " or backward_mb<m>): a forward-only (inference) trace; the estimator predicts "

@@ -50,7 +50,7 @@ WITH dev AS (
 ), steps AS (
     SELECT e.job, e.rank, e.ts_ns AS step_ts
     FROM events AS e JOIN jobs AS j USING (job)
-    WHERE e.cat = 'user_annotation' AND e.name LIKE 'ProfilerStep#%'
+    WHERE e.cat IN ('user_annotation', 'cpu_op') AND e.name LIKE 'ProfilerStep#%'
 ), works_step AS (
     -- the last collective each rank starts within a step
     SELECT w.*, w.k = max(w.k) OVER (PARTITION BY w.job, w.rank, s.step_ts) AS last_in_step

@@ -16,7 +16,7 @@ WITH jobs AS (
     SELECT s.job, s.rank, s.ts_ns AS s0, s.ts_ns + s.dur_ns AS s1
     FROM events AS s
     JOIN jobs AS j USING (job)
-    WHERE s.cat = 'user_annotation' AND s.name LIKE 'ProfilerStep#%' AND s.dur_ns > 0
+    WHERE s.cat IN ('user_annotation', 'cpu_op') AND s.name LIKE 'ProfilerStep#%' AND s.dur_ns > 0
 ), raw AS (
     -- the key holds the dtypes too: the same shapes at another precision run other kernels;
     -- the ops of traced steps only, each with its step (`s0`)

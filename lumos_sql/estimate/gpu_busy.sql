@@ -8,7 +8,7 @@ WITH steps AS (
     SELECT rank, ts_ns AS s0, ts_ns + dur_ns AS s1,
            row_number() OVER (PARTITION BY rank ORDER BY ts_ns) AS step
     FROM job_events
-    WHERE job = $job AND cat = 'user_annotation' AND name LIKE 'ProfilerStep#%' AND dur_ns > 0
+    WHERE job = $job AND cat IN ('user_annotation', 'cpu_op') AND name LIKE 'ProfilerStep#%' AND dur_ns > 0
 ), gpu AS (
     SELECT s.rank, s.step, greatest(e.ts_ns, s.s0) AS a, least(e.ts_ns + e.dur_ns, s.s1) AS b
     FROM job_events AS e

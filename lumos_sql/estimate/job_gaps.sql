@@ -27,7 +27,7 @@ WITH jobs AS (
     SELECT e.job, e.rank, e.ts_ns AS step_ns, e.ts_ns + e.dur_ns AS step_end
     FROM events AS e
     JOIN jobs AS j USING (job)
-    WHERE e.cat = 'user_annotation' AND e.name LIKE 'ProfilerStep#%'
+    WHERE e.cat IN ('user_annotation', 'cpu_op') AND e.name LIKE 'ProfilerStep#%'
 ), in_step AS (
     -- between steps the trainer does what the step does not show (logging, evaluation, sleeps)
     SELECT m.job, m.rank, m.tid, m.event_idx, m.name, m.ts_ns, m.end_ns, s.step_ns

@@ -46,7 +46,7 @@ WITH steps AS (
     SELECT rank, tid, ts_ns AS s0, ts_ns + dur_ns AS s1, name AS step_name,
            row_number() OVER (PARTITION BY rank ORDER BY ts_ns) AS step_no
     FROM job_events
-    WHERE job = $job AND cat = 'user_annotation' AND name LIKE 'ProfilerStep#%'
+    WHERE job = $job AND cat IN ('user_annotation', 'cpu_op') AND name LIKE 'ProfilerStep#%'
 ), ops_all AS (
     SELECT e.rank, e.tid, e.event_idx, e.name, e.ts_ns, e.dur_ns, e.ts_ns + e.dur_ns AS end_ns,
            e.input_dims,
@@ -58,7 +58,10 @@ WITH steps AS (
       AND (e.tid = s.tid OR e.tid IN (
           SELECT DISTINCT b.tid FROM job_events AS b
           WHERE b.job = $job AND b.rank = e.rank AND b.cat = 'cpu_op'
-            AND starts_with(b.name, 'autograd::engine::evaluate_function')))
+            AND (starts_with(b.name, 'autograd::engine::evaluate_function')
+                 -- PyTorch before 1.10 traced autograd nodes bare (`ReluBackward1`): their
+                 -- thread is kept so that layers.py can say why such a trace is refused
+                 OR regexp_matches(b.name, '^[A-Z]\w*Backward\d*$'))))
 ), wraps AS (
     -- reentrant activation checkpointing (torch.utils.checkpoint with use_reentrant=True, Megatron's
     -- and DeepSpeed's CheckpointFunction): one autograd function runs a layer's forward inside it,

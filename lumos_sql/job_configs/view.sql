@@ -10,7 +10,7 @@ CREATE OR REPLACE VIEW estimate_vs_measured AS
 WITH steps AS (
     SELECT job, name, max(dur_ns) AS step_ns
     FROM events
-    WHERE cat = 'user_annotation' AND name LIKE 'ProfilerStep#%'
+    WHERE cat IN ('user_annotation', 'cpu_op') AND name LIKE 'ProfilerStep#%'
     GROUP BY job, name
 ), measured AS (
     SELECT job, CAST(median(step_ns) AS BIGINT) AS measured_ns, count(*) AS n_steps,
