@@ -114,6 +114,15 @@ def test_sweep_1000_configs_through_the_cli(gt_warehouse, tmp_path, capsys):
         assert g["predicted_ns"].is_monotonic_increasing, "more layers was faster"
     pairs = wh.sql("SELECT * FROM estimate_vs_measured WHERE measured_job = 'base'")
     assert len(pairs) == 1 and abs(pairs["rel_error"].iloc[0]) < 0.01
+    # the base's configuration but recomputing every layer: another run, not the measured one
+    argv = ["estimate", "--warehouse", str(gt_warehouse), "--job", "base", "--save"]
+    assert main([*argv, "--set", "recompute=full"]) == 0
+    wh = Warehouse.open(gt_warehouse)
+    pairs = wh.sql("SELECT * FROM estimate_vs_measured WHERE measured_job = 'base'")
+    assert len(pairs) == 1 and set(wh.sql("SELECT recompute FROM estimates")["recompute"]) == {
+        "none",
+        "full",
+    }
 
 
 # the trainer's own annotations: real (Megatron / HF) traces have none of them

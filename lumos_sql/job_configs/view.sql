@@ -35,5 +35,10 @@ JOIN job_configs AS c
   AND c.num_micro_batches = e.num_micro_batches AND c.vocab = e.vocab AND c.dp = e.dp
   AND c.pp = e.pp AND c.tp = e.tp
   AND (c.pp = 1 OR c.pp_schedule = e.pp_schedule)
+  -- the keys that change the step's work or its communication, not only its memory
+  AND c.dtype_bytes = e.dtype_bytes AND c.recompute = e.recompute
+  AND c.zero_stage = e.zero_stage AND c.sequence_parallel = e.sequence_parallel
+  AND c.gated_mlp = e.gated_mlp AND c.flash_attention = e.flash_attention
+  AND coalesce(c.vocab_parallel, FALSE) = coalesce(e.vocab_parallel, FALSE)
 JOIN measured AS m ON m.job = c.job
 WHERE e.speedups = '{}';
