@@ -89,6 +89,46 @@ def test_estimate_bad_keys_exit_2(gt_warehouse, capsys):
     assert "not a multiple of tp" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("sets", "said"),
+    [
+        (["speedup.all=1e-12"], "the configuration is out of range"),
+        (["hidden=10000000", "seq=10000000", "micro_batch=1000"], "out of range"),
+        (["layers=99999999"], "the estimator builds at most 20,000,000"),
+        (["speedup.all=inf"], "speedup.all must be a finite number > 0"),
+        (["dp=2", "dp=4"], "dp given twice"),
+        (["speedup.gemm=2", "speedup.gemm=4"], "speedup.gemm given twice"),
+    ],
+)
+def test_estimate_out_of_range_is_a_message(gt_warehouse, capsys, sets, said):
+    """Sizes or speed-ups far out of range: a message and exit 2, where the int64 durations
+    overflowed into a traceback, 10^8 layers exhausted the machine's memory, and a key given
+    twice was taken at its last value."""
+    argv = ["estimate", "--warehouse", str(gt_warehouse), "--job", "base", "--set", *sets]
+    assert main(argv) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_a_sweep_lists_its_out_of_range_points_and_estimates_the_rest(
+    gt_warehouse, tmp_path, capsys
+):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("grid:\n  layers: [2, 4]\n  speedup.all: [1, 1e-12]\n")
+    argv = ["sweep", "--warehouse", str(gt_warehouse), "--job", "base", "--grid", str(grid)]
+    assert main([*argv, "--no-write"]) == 0
+    out = capsys.readouterr().out
+    assert "2 estimated" in out
+    assert out.count("the configuration is out of range") == 2
+    # nothing estimated at all: exit 2, said
+    grid.write_text("grid:\n  tp: [3, 5]\n")
+    assert main([*argv, "--no-write"]) == 2
+    assert "no configuration of the grid was estimated" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:
+        main([*argv, "--no-write", "--top", "-1"])
+    assert usage.value.code == 2
+    assert "must be a whole number >= 0" in capsys.readouterr().err
+
+
 def test_sweep_1000_configs_through_the_cli(gt_warehouse, tmp_path, capsys):
     grid = tmp_path / "grid.yaml"
     grid.write_text(

@@ -16,14 +16,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Grid file: `base:` (optional overrides of the inferred base), `grid:` "
         "(key: [values], their product is swept; keys as for `lumos estimate --set`, including "
         "speedup.<class>), `constraints:` (optional expressions such as `dp * pp * tp == 8`). "
-        "Exits 2 on a bad grid file.",
+        "Exits 2 on a bad grid file, or when no point of the grid could be estimated.",
     )
     p.add_argument("--job", type=job_name, required=True, help="base job name in the warehouse")
     p.add_argument("--grid", required=True, help="grid file (YAML)")
     add_warehouse(p)
     p.add_argument("--base", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
     add_host_cores(p)
-    p.add_argument("--top", type=int, default=10, help="how many of the fastest to print")
+    p.add_argument(
+        "--top", type=_count, default=10, help="how many of the fastest to print (0: none)"
+    )
     p.add_argument("--no-write", action="store_true", help="do not write the estimates table")
     p.set_defaults(func=_run)
 
@@ -76,7 +78,21 @@ def _run(args: argparse.Namespace) -> int:
             f"  {p.predicted_ns / 1e6:10.3f} ms [{lo / 1e6:.3f}, {hi / 1e6:.3f}]  "
             f"{p.memory_bytes / 2**20:8.1f} MiB{fits}  {desc}"
         )
+    if not n:
+        why = "every point was removed by the constraints" if not res.invalid else "see above"
+        print(f"lumos sweep: no configuration of the grid was estimated ({why})", file=sys.stderr)
+        return 2
     return 0
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return value
 
 
 def _say(what: str) -> None:

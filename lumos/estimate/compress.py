@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels.graph import ReplayGraph, csr_from_edges
-from lumos.estimate.transforms import EditedGraph
+from lumos.estimate.transforms import EditedGraph, to_ns
 
 
 class CompressError(ValueError):
@@ -78,7 +78,7 @@ class CompressedGraph:
         terms = unit[:, self.sig_unit] * self.sig_count[None, :]
         sig = np.add.reduceat(terms, self.sig_ptr[:-1], axis=1)
         out = sig[:, self.run_sig] + self.extra_ns[None, :]
-        return np.ascontiguousarray(out.astype(np.int64))
+        return to_ns(out)
 
 
 def _runs(g: ReplayGraph) -> np.ndarray:

@@ -141,7 +141,11 @@ def split_speedups(
             pairs.append((k.strip(), v.strip()))
     speed: dict[str, float] = {}
     rest: dict[str, str] = {}
+    seen: set[str] = set()
     for k, v in pairs:
+        if k in seen:  # a dict below would keep the last silently
+            raise ConfigError(f"{where}: {k} given twice")
+        seen.add(k)
         if k.startswith(SPEEDUP_PREFIX):
             cls = k[len(SPEEDUP_PREFIX) :]
             if cls not in ROLES and cls not in FAMILIES:
@@ -151,8 +155,8 @@ def split_speedups(
                 speed[cls] = float(v)
             except ValueError:
                 raise ConfigError(f"{where}: {k} must be a number, got {v!r}") from None
-            if not speed[cls] > 0:
-                raise ConfigError(f"{where}: {k} must be > 0, got {v!r}")
+            if not (speed[cls] > 0 and math.isfinite(speed[cls])):
+                raise ConfigError(f"{where}: {k} must be a finite number > 0, got {v!r}")
         else:
             rest[k] = v
     return parse_overrides(rest, where), speed

@@ -37,6 +37,7 @@ from typing import Any
 
 from lumos.estimate.config import KEYS, ConfigError, ModelConfig, parse_value
 from lumos.estimate.estimator import SPEEDUP_PREFIX, Estimator, Prediction, split_speedups
+from lumos.estimate.transforms import TransformError
 
 _BINOPS = {
     ast.Add: operator.add,
@@ -293,7 +294,19 @@ def run_sweep(est: Estimator, grid: Grid, job: str) -> SweepResult:
     t0 = time.perf_counter()
     configs, speeds, removed, invalid = expand(grid, est)
     t1 = time.perf_counter()
-    preds = est.predict(configs, speeds) if configs else []
+    try:
+        preds = est.predict(configs, speeds) if configs else []
+    except TransformError:
+        # a point out of range (a graph too big, durations beyond int64) fails its whole batch:
+        # the points are then estimated one by one and the failing ones listed as invalid
+        preds = []
+        base = (est.base.replace(**grid.base) if grid.base else est.base).to_dict()
+        for cfg, speed in zip(configs, speeds, strict=True):
+            try:
+                preds += est.predict([cfg], [speed])
+            except TransformError as e:
+                point = {k: v for k, v in cfg.to_dict().items() if v != base.get(k)}
+                invalid.append(f"{grid.path}: {point | _speed_keys(speed)}: {e}")
     t2 = time.perf_counter()
     return SweepResult(
         sweep_id=uuid.uuid4().hex[:12],
@@ -305,6 +318,10 @@ def run_sweep(est: Estimator, grid: Grid, job: str) -> SweepResult:
         seconds=t2 - t0,
         replay_seconds=t2 - t1,
     )
+
+
+def _speed_keys(speed: Mapping[str, float]) -> dict[str, float]:
+    return {f"{SPEEDUP_PREFIX}{k}": v for k, v in speed.items()}
 
 
 def to_json_speedups(speed: Mapping[str, float]) -> str:

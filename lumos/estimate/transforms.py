@@ -53,6 +53,11 @@ N_ROLES = len(ROLES)
 SCHEDULES = ("1f1b", "gpipe")
 
 
+# the largest step graph the estimator builds: ~100 bytes a task across its arrays, and a
+# layer count of 10^8 (a typo away from 10^3) exhausted a 24 GB machine
+MAX_TASKS = 20_000_000
+
+
 class TransformError(ValueError):
     """The target structure cannot be built from the template (names what is missing)."""
 
@@ -285,6 +290,15 @@ def build(tpl: Template, s: Structure, *, blocks: _Blocks | None = None) -> Edit
     if s.recompute not in RECOMPUTE:
         raise TransformError(f"recompute must be one of {RECOMPUTE}, got {s.recompute!r}")
     b = blocks or _Blocks(tpl)
+    per_layer = b.get("f_layer", 0, 0).size * (2 if s.recompute == "full" else 1)
+    n_tasks = s.num_micro_batches * s.layers * (per_layer + b.get("b_layer", 0, 0).size)
+    if n_tasks > MAX_TASKS:
+        raise TransformError(
+            f"the step of layers={s.layers} x num_micro_batches={s.num_micro_batches} would be a "
+            f"graph of ~{n_tasks:,} tasks (the base's layer has "
+            f"{per_layer + b.get('b_layer', 0, 0).size}); the estimator builds at most "
+            f"{MAX_TASKS:,} (memory grows with it: 10^8 layers took 24 GB)"
+        )
     counts = stage_layers(s.layers, s.pp)
     first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
     stages = [_Stage() for _ in range(s.pp)]
@@ -410,4 +424,19 @@ def durations(
     out = f[None, :] * fs + v[None, :] * mult[:, eg.cls] + add[:, eg.cls]
     if gscale is not None:
         out = out + eg.graph.delay_ns.astype(np.float64)[None, :] * gscale[:, None]
+    return to_ns(out)
+
+
+def to_ns(out: np.ndarray) -> np.ndarray:
+    """Durations (configurations x tasks, float ns) as int64 ns, rounded, at least 0. A replay
+    adds a step's durations up in int64: a duration beyond 2^62 / tasks (a size or a speed-up
+    extrapolated far out of range, or not finite) raises instead of wrapping around."""
+    limit = float(1 << 62) / max(out.shape[-1], 1)
+    if not (np.isfinite(out) & (out < limit)).all():
+        worst = float(np.nanmax(np.where(np.isfinite(out), out, np.inf)))
+        raise TransformError(
+            f"a task would last {worst:.3g} ns, more than the {limit:.3g} ns a step of "
+            f"{out.shape[-1]:,} tasks can add up to: the configuration is out of range "
+            "(its sizes or speed-ups)"
+        )
     return np.ascontiguousarray(np.maximum(np.rint(out), 0).astype(np.int64))
