@@ -64,6 +64,13 @@ def test_estimate_transforms_move_the_prediction_the_right_way(gt_warehouse, cap
     tp = _estimate(gt_warehouse, capsys, "tp=2", "dp=2", "pp=2", "num_micro_batches=4")
     assert more > base and wider > base and faster < base
     assert tp["breakdown"]["communication"] > 0 and tp["warnings"]
+    # DDP's buckets overlap the backward: only their exposed part is in the step, and the
+    # phases, the exposed communication and the idle time add up to the step
+    for sets in (["dp=16"], ["dp=2", "tp=2", "pp=2", "num_micro_batches=4"]):
+        b = _estimate(gt_warehouse, capsys, *sets)
+        parts = {k: v for k, v in b["breakdown"].items() if k != "critical_stage"}
+        assert parts["idle"] >= 0 and parts["overlapped_comm"] >= 0, parts
+        assert sum(v for k, v in parts.items() if k != "overlapped_comm") == b["predicted_ns"]
 
 
 def test_sharding_says_its_collectives_are_not_in_the_time(gt_warehouse, capsys):

@@ -126,6 +126,20 @@ class Prediction:
         }
 
 
+def _covered(start: np.ndarray, end: np.ndarray) -> int:
+    """The time (ns) covered by the union of the intervals [start, end)."""
+    if start.size == 0:
+        return 0
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    reach = np.maximum.accumulate(e)
+    # an interval opens a new run when it starts after every earlier one has ended
+    new = np.concatenate([[True], s[1:] > reach[:-1]])
+    runs = np.flatnonzero(new)
+    run_end = np.maximum.reduceat(e, runs)
+    return int((run_end - s[runs]).sum())
+
+
 def split_speedups(
     items: Sequence[str] | Mapping[str, Any] | None, where: str
 ) -> tuple[dict[str, Any], dict[str, float]]:
@@ -685,13 +699,20 @@ class Estimator:
         mult, add, fs, ratio, beyond, gap = self._coeffs(cfg, speedup or {})
         gs = np.array([gap])
         dur = durations(eg, self._fixed(s), self.var, mult[None], add[None], fs[None], gs)[0]
-        _, end = chain_replay(eg.graph, dur)
+        start, end = chain_replay(eg.graph, dur)
         pred = int(end.max()) if end.size else 0
         stage_end = np.array([end[eg.stage == st].max() for st in range(s.pp)], dtype=np.int64)
         crit = int(np.argmax(stage_end))
         on = eg.stage == crit
         breakdown = {PHASES[p]: int(dur[on & (eg.phase == p)].sum()) for p in range(len(PHASES))}
-        breakdown["idle"] = int(stage_end[crit] - sum(breakdown.values()))
+        # communication runs on its own processor beside the compute (DDP's buckets during the
+        # backward): only its exposed part adds to the step; summed whole, it made idle negative
+        comm = on & (eg.phase == PHASES.index("communication"))
+        busy = _covered(start[on], end[on])
+        exposed = busy - _covered(start[on & ~comm], end[on & ~comm])
+        breakdown["overlapped_comm"] = breakdown["communication"] - exposed
+        breakdown["communication"] = exposed
+        breakdown["idle"] = int(stage_end[crit]) - busy
         breakdown["critical_stage"] = crit
         mem = _memory(cfg)
         return Prediction(
