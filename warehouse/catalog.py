@@ -213,7 +213,8 @@ def no_trace_message(con, job: str, known: list[str]) -> str:  # noqa: ANN001
             f" (and {len(refused) - 1} more: `lumos status` lists them)" if len(refused) > 1 else ""
         )
         return f"job {job!r} has no ingested trace: its files were refused: {refused[0][1]}{more}"
-    return f"job {job!r} is not in the warehouse (known: {', '.join(known[:20]) or 'none'})"
+    more = f" and {len(known) - 20} more: `lumos status` lists them" if len(known) > 20 else ""
+    return f"job {job!r} is not in the warehouse (known: {', '.join(known[:20]) or 'none'}{more})"
 
 
 def catalog_is_current(warehouse: str | os.PathLike[str]) -> bool:

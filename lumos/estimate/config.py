@@ -118,7 +118,10 @@ class ModelConfig:
         if self.dtype_bytes not in (1, 2, 4, 8):
             raise ConfigError(f"{where}: dtype_bytes must be 1, 2, 4 or 8, got {self.dtype_bytes}")
         checks = [
-            (self.hidden % self.heads == 0, f"hidden {self.hidden} not a multiple of heads"),
+            (
+                self.hidden % self.heads == 0,
+                f"hidden {self.hidden} not a multiple of heads {self.heads}",
+            ),
             (self.heads % self.tp == 0, f"heads {self.heads} not a multiple of tp {self.tp}"),
             (
                 self.kv_heads_n <= self.heads and self.heads % self.kv_heads_n == 0,
