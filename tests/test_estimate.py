@@ -94,6 +94,11 @@ def test_estimate_bad_keys_exit_2(gt_warehouse, capsys):
         main(["estimate", "--warehouse", str(gt_warehouse), "--job", "base", "--set", "tp=3"]) == 2
     )
     assert "not a multiple of tp" in capsys.readouterr().err
+    argv = ["estimate", "--warehouse", str(gt_warehouse), "--job", "base"]
+    assert main([*argv, "--set", "heads=3"]) == 2
+    assert re.search(r"hidden \d+ not a multiple of heads 3", capsys.readouterr().err)
+    assert main(["estimate", "--warehouse", str(gt_warehouse), "--job", "nope"]) == 2
+    assert "job 'nope' is not in the warehouse (known: " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
