@@ -252,6 +252,7 @@ def match_collectives(ops: pd.DataFrame, world: dict[int, int | None]) -> pd.Dat
             df.loc[grp.index, "status"] = SINGLE
             continue
         full = PARTIAL if len(here) < len(expected) else MATCHED
+        by_step = False
         if grp["seq"].notna().all():
             index = grp["seq"].astype("int64")
         else:
@@ -271,6 +272,7 @@ def match_collectives(ops: pd.DataFrame, world: dict[int, int | None]) -> pd.Dat
                 shifts = _align(lists) if all(lists.values()) else None
             if shifts is None:
                 index = _by_step(grp, here)
+                by_step = index is not None
                 if index is None:
                     df.loc[grp.index, "coll_index"] = local.to_numpy()
                     continue  # stays UNMATCHED: counts or signatures disagree with no unique fix
@@ -282,7 +284,7 @@ def match_collectives(ops: pd.DataFrame, world: dict[int, int | None]) -> pd.Dat
         complete = have.index[(have["nunique"] == len(here)) & (have["size"] == len(here))]
         ok = np.isin(index.to_numpy(), complete.to_numpy()) & grp["rank"].isin(here).to_numpy()
         df.loc[grp.index[ok], "status"] = full
-        if (index < 0).any():  # by step: the unmatched keep their place on their rank
+        if by_step:  # the unmatched keep their place on their rank, not a step's index
             df.loc[grp.index[~ok], "coll_index"] = local.to_numpy()[~ok]
     return df.drop(columns="_norm")
 
