@@ -22,10 +22,12 @@ def runs(tmp_path_factory) -> tuple[Path, dict[str, float]]:
     from warehouse.ingest import ingest
 
     tmp = tmp_path_factory.mktemp("sp")
-    # each run recorded twice, interleaved, and the quieter recording kept: a recording made
-    # while the machine is loaded moves its median step by 10-20 %
+    # each run recorded three times, interleaved, and the quietest recording kept: a recording
+    # made while the machine is loaded moves its median step by 10-20 %, and the single rank's
+    # prediction from a slow SP recording by +45 to +78 % (CI, 2026-11-25 and 11-27, with two
+    # recordings each); the same recording predicts the same with the code before and after
     recorded: dict[str, list[tuple[float, Path]]] = {"sp": [], "single": []}
-    for r in range(2):
+    for r in range(3):
         for name, world in (("sp", 2), ("single", 1)):
             out = tmp / f"{name}{r}"
             recorded[name].append((record_sp(out, world), out))
