@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lumos.commands.options import add_host_cores, add_warehouse, job_name
+from lumos.commands.options import add_host_cores, add_warehouse, job_name, non_negative_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--base", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
     add_host_cores(p)
     p.add_argument(
-        "--top", type=_count, default=10, help="how many of the fastest to print (0: none)"
+        "--top",
+        type=non_negative_int,
+        default=10,
+        help="how many of the fastest to print (0: none)",
     )
     p.add_argument("--no-write", action="store_true", help="do not write the estimates table")
     p.set_defaults(func=_run)
@@ -83,16 +86,6 @@ def _run(args: argparse.Namespace) -> int:
         print(f"lumos sweep: no configuration of the grid was estimated ({why})", file=sys.stderr)
         return 2
     return 0
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
-    return value
 
 
 def _say(what: str) -> None:
