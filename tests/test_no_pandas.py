@@ -57,3 +57,23 @@ def test_nothing_is_blocked_once_pandas_is_imported() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_an_ingest_into_a_current_warehouse_needs_no_duckdb(examples: Path, tmp_path: Path) -> None:
+    """The catalog's stamp says it is current: the ingest process never imports DuckDB (0.07 s),
+    and its Arrow allocations share the reader's allocator (warehouse.ingest_process)."""
+    made = _python(
+        f"from warehouse.catalog import build_catalog\nbuild_catalog({str(tmp_path)!r})\n"
+    )
+    assert made.returncode == 0, made.stderr
+    code = f"""
+import sys
+import pyarrow as pa
+from lumos.cli import main
+rc = main(["ingest", {str(examples / "dlrm_8rank")!r}, "--warehouse", {str(tmp_path)!r}, "-q"])
+print(rc, "duckdb" in sys.modules, pa.default_memory_pool().backend_name)
+"""
+    out = _python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-3:] == ["0", "False", "system"]
+    assert len(list((tmp_path / "events").rglob("rank=*/*.parquet"))) == 8

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from warehouse import windows
 from warehouse.errors import TraceError
+from warehouse.ingest_process import prepare_ingest_process
 from warehouse.jobs import (
     RANK_UNKNOWN,
     PlannedFile,
@@ -49,7 +50,6 @@ from warehouse.jobs import (
 )
 from warehouse.layout import PARQUET_COMPRESSION, SCHEMA_FILE, Layout, encode_job
 from warehouse.manifest import Manifest, append_rows, commit_lock, compact, read_manifest
-from warehouse.no_pandas import block_pandas
 from warehouse.readers.columns import POOL
 from warehouse.readers.source import HashedFile
 from warehouse.schema import EVENT_FILE, TRACE_META
@@ -885,7 +885,9 @@ def ingest(
 
                 # spawn, not fork: the parent already runs Arrow's thread pools
                 ctx = mp.get_context("spawn")
-                with ProcessPoolExecutor(n_procs, mp_context=ctx, initializer=block_pandas) as pool:
+                with ProcessPoolExecutor(
+                    n_procs, mp_context=ctx, initializer=prepare_ingest_process
+                ) as pool:
                     futures: list[Future] = [pool.submit(_parse_one, tasks[i]) for i in todo]
                     for fut in as_completed(futures):
                         received(fut.result())

@@ -58,9 +58,9 @@ class _ProgressBar:
 
 
 def run(args: argparse.Namespace) -> int:
-    from warehouse.no_pandas import block_pandas
+    from warehouse.ingest_process import prepare_ingest_process
 
-    block_pandas()  # nothing here holds a pandas object: pyarrow's probe for one costs 0.2 s
+    prepare_ingest_process()  # this process only ingests: no pandas, one allocator
     from warehouse.errors import TraceError
     from warehouse.ingest import ingest
     from warehouse.layout import Layout
