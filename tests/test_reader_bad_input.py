@@ -76,6 +76,23 @@ def test_corrupt_gzip(examples: Path, tmp_path: Path) -> None:
     expect(MalformedTrace, p)
 
 
+def test_gzip_of_several_members_reads_whole(real_text: str, tmp_path: Path) -> None:
+    """A gzip file may be several members end to end (`cat a.gz b.gz`, pigz): all are read, with
+    a chunk that ends inside each member and one that spans their joint."""
+    cut = len(real_text) // 3
+    p = tmp_path / "members.json.gz"
+    p.write_bytes(gzip.compress(real_text[:cut].encode()) + gzip.compress(real_text[cut:].encode()))
+    n = len(json.loads(real_text)["traceEvents"])
+    assert read(p) == n
+    assert read(p, chunk_bytes=4096) == n
+
+
+def test_garbage_after_the_gzip_stream(examples: Path, tmp_path: Path) -> None:
+    p = tmp_path / "tail.json.gz"
+    p.write_bytes((examples / SMALL).read_bytes() + b"not gzip at all")
+    expect(MalformedTrace, p, "gzip")
+
+
 @pytest.mark.parametrize("fraction", [0.3, 0.6, 0.999])
 def test_truncated_json(real_text: str, tmp_path: Path, fraction: float) -> None:
     p = tmp_path / "cut.json"
