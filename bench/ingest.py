@@ -41,11 +41,17 @@ SOURCE = SHARED / "hta/df_index_resolver/df_index_resolver.json.gz"
 CORPUS = ROOT / "tests/data/corpus"
 
 # Each runner prints one JSON line {"events": n}; the harness measures time and RSS around it.
+# set up as the `lumos ingest` process is (no pandas, one allocator) and ended as it is (no teardown)
 _READER = """
-import sys
+import os, sys
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as lumos.cli.main, before numpy's import
+from warehouse.ingest_process import prepare_ingest_process
+prepare_ingest_process()
+from lumos.process_exit import exit_now
 from warehouse.readers import open_trace
 n = sum(b.num_rows for p in sys.argv[1:] for b in open_trace(p).batches())
 print(n)
+exit_now(0)
 """
 # The CPU time of the child (user + sys) is reported too: the machine is shared, and the targets
 # are per core, so MB per CPU-second is the figure that does not depend on other people's load.
@@ -76,6 +82,8 @@ print(n)
 # (empty) catalog exists already, as a nightly ingest finds it; each prints WARM {"cpu": [...], "wall": [...]}.
 _LUMOS_WARM = """
 import json, shutil, sys, tempfile, time
+from warehouse.ingest_process import prepare_ingest_process
+prepare_ingest_process()  # as the `lumos ingest` process does
 from warehouse.catalog import build_catalog
 from warehouse.ingest import ingest
 passes, one_job, paths = int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3:]
