@@ -62,7 +62,7 @@ REASON_TEXT = {
     R_ESCAPE: "invalid escape in a string",
     R_CONTROL: "unescaped control character in a string",
     R_NUMBER: "invalid number",
-    R_LITERAL: "invalid literal (NaN and Infinity are not JSON)",
+    R_LITERAL: "invalid literal",
     R_DEPTH: "nesting too deep",
     R_KEY: "expected a string key",
 }
@@ -222,9 +222,11 @@ def _number(buf, i, n, err):  # pragma: no cover - numba
         j += 1
     elif 49 <= c <= 57:
         j = _digits(buf, j + 1, n)
+    elif c == 73 or c == 78 or c == 105 or c == 110:  # -Infinity, -NaN, -inf, -nan
+        return _nonfinite(buf, j, n, err, i)
     else:
         err[0] = i
-        err[1] = R_NUMBER if c != 73 else R_LITERAL  # '-Infinity'
+        err[1] = R_NUMBER
         return -2
     if j >= n:
         return -1
@@ -258,9 +260,45 @@ def _number(buf, i, n, err):  # pragma: no cover - numba
 
 
 @kernel
-def _literal(buf, i, n, err):  # pragma: no cover - numba
-    """true / false / null at `buf[i]`: its end; -1 incomplete; -2 error."""
+def _nonfinite(buf, i, n, err, start):  # pragma: no cover - numba
+    """NaN, nan, Infinity or inf at `buf[i]` (after a '-' at `start` < i): its end; -1 incomplete;
+    -2 error. Not JSON, but written by real profilers: Kineto of early 2021 wrote a zero-length
+    memcpy's bandwidth as `inf` (C++'s spelling), Python's json module writes NaN and Infinity.
+    They are values like any number: kept in `args_json` as written (DuckDB's JSON functions
+    read all four spellings), refused where a column needs an integer."""
     c = buf[i]
+    if c == 73:
+        word = (73, 110, 102, 105, 110, 105, 116, 121)  # Infinity
+        m = 8
+    elif c == 78:
+        word = (78, 97, 78, 0, 0, 0, 0, 0)  # NaN
+        m = 3
+    elif c == 105:
+        word = (105, 110, 102, 0, 0, 0, 0, 0)  # inf
+        m = 3
+    else:
+        word = (110, 97, 110, 0, 0, 0, 0, 0)  # nan
+        m = 3
+    for k in range(m):
+        if i + k >= n:
+            return -1
+        if buf[i + k] != word[k]:
+            err[0] = start
+            err[1] = R_LITERAL
+            return -2
+    return i + m
+
+
+@kernel
+def _literal(buf, i, n, err):  # pragma: no cover - numba
+    """true / false / null (or nan, see `_nonfinite`) at `buf[i]`: its end; -1 incomplete;
+    -2 error."""
+    c = buf[i]
+    if c == 110:
+        if i + 1 >= n:
+            return -1
+        if buf[i + 1] == 97:
+            return _nonfinite(buf, i, n, err, i)
     if c == 116:
         word = (116, 114, 117, 101)
         m = 4
@@ -290,8 +328,10 @@ def _scalar(buf, i, n, err):  # pragma: no cover - numba
         return _number(buf, i, n, err)
     if c == 116 or c == 102 or c == 110:
         return _literal(buf, i, n, err)
+    if c == 78 or c == 73 or c == 105:
+        return _nonfinite(buf, i, n, err, i)
     err[0] = i
-    err[1] = R_LITERAL if (c == 78 or c == 73) else R_UNEXPECTED  # NaN, Infinity
+    err[1] = R_UNEXPECTED
     return -2
 
 

@@ -23,6 +23,7 @@ E_BOOL = 2
 E_CONTAINER = 3
 E_OVERFLOW = 4
 E_NOT_INT = 5
+E_NOT_FINITE = 6
 
 ERROR_TEXT = {
     E_STRING: "is a string, expected a number",
@@ -30,6 +31,7 @@ ERROR_TEXT = {
     E_CONTAINER: "is an object or array, expected a number",
     E_OVERFLOW: "is outside the signed 64-bit range lumos stores (±9223372036854775807)",
     E_NOT_INT: "is not an integer",
+    E_NOT_FINITE: "is not a finite number (NaN or infinity)",
 }
 
 # How a column treats values that are not plain numbers.
@@ -223,11 +225,21 @@ def _int_in_string(buf, a, b, hex_ok):  # pragma: no cover - numba
 
 
 @kernel(inline=True)
+def _nonfinite(buf, a, b):  # pragma: no cover - numba
+    """Whether the (valid) value buf[a:b] is NaN, Infinity, inf or nan, signed or not: the
+    non-JSON spellings `fused._nonfinite` lets through."""
+    c = buf[a + 1] if buf[a] == 45 and b - a > 1 else buf[a]
+    return c == 73 or c == 78 or c == 105 or (c == 110 and b - a == 3)
+
+
+@kernel(inline=True)
 def int_value(buf, a, b, scale, mode):  # pragma: no cover - numba
     """The value span buf[a:b] (a < 0: absent) as (value, present, error code)."""
     if a < 0:
         return np.int64(0), False, 0
     c = buf[a]
+    if (c > 57 or c == 45) and _nonfinite(buf, a, b):  # not a digit or a quote: checked
+        return np.int64(0), False, 0 if mode == M_LENIENT else E_NOT_FINITE
     if c == 110:  # null
         return np.int64(0), False, 0
     if c == 34:  # a string
