@@ -89,7 +89,10 @@ MAX_BUFFER = 2**31 - 1
 ) = range(11)
 # err: the position and reason of an error, and whether an event string held a byte >= 0x80
 S_HIGH = S_ERR_SCRATCH + 2
-STATE_SIZE = S_ERR_SCRATCH + 3
+# set by the caller for a whole file: the trace is a bare array of events (the Chrome trace
+# format's array form), not an object with traceEvents
+S_ARRAY_FORM = S_ERR_SCRATCH + 3
+STATE_SIZE = S_ERR_SCRATCH + 4
 
 _KEY_BYTES = np.frombuffer(b"".join(k.encode() for k in KEYS), dtype=np.uint8)
 _KEY_OFFSETS = np.cumsum([0] + [len(k.encode()) for k in KEYS]).astype(np.int64)
@@ -553,6 +556,7 @@ def scan(
     err = state[S_ERR_SCRATCH : S_HIGH + 1]
     err[2] = 0
     phase = state[S_PHASE]
+    array_form = state[S_ARRAY_FORM] != 0
     seen_te = state[S_SEEN_TE]
     ev_expect = state[S_EV_EXPECT]
     clean = 0
@@ -617,7 +621,16 @@ def scan(
             i += 1
             continue
         if phase == P_START:
-            if c != 123:
+            if array_form and c == 91:  # '[': the events themselves
+                seen_te = 1
+                phase = P_ARRAY
+                ev_expect = 2
+                i += 1
+                clean = i
+                clean_phase = phase
+                clean_ev_expect = ev_expect
+                continue
+            if c != 123 or array_form:
                 state[S_ERR_POS] = i
                 return E_NOT_OBJECT
             phase = P_KEY
@@ -708,7 +721,7 @@ def scan(
                 clean_phase = phase
                 i = end
             elif c == 93 and ev_expect == 2:
-                phase = P_AFTER
+                phase = P_END if array_form else P_AFTER
                 i += 1
                 clean = i
                 clean_phase = phase
@@ -721,12 +734,12 @@ def scan(
                 phase = P_ARRAY
                 ev_expect = 1
             elif c == 93:
-                phase = P_AFTER
+                phase = P_END if array_form else P_AFTER
             else:
                 state[S_ERR_POS] = i
                 return E_SYNTAX
             i += 1
-            if phase == P_AFTER:
+            if phase != P_ARRAY:
                 clean = i
                 clean_phase = phase
         else:  # P_END

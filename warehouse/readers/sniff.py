@@ -33,6 +33,17 @@ def describe_keys(keys: list[str], schema: str | None = None) -> str:
     return f"a JSON object without traceEvents (keys: {shown or 'none'}), not a Kineto trace"
 
 
+# the first element of an array-form Chrome trace: an object with a "ph" (every trace event has
+# one) among its first keys
+_FIRST_EVENT = re.compile(rb'\[\s*\{[^{}]{0,2048}?"ph"\s*:\s*"')
+
+
+def is_event_array(head: bytes) -> bool:
+    """Whether a top-level JSON array (its first bytes) is the Chrome trace format's array form:
+    trace events without a wrapping object or metadata."""
+    return _FIRST_EVENT.match(head.lstrip()) is not None
+
+
 def describe_array(head: bytes) -> str:
     """What a top-level JSON array is (memory timelines are arrays of [ts, action, bytes, ...])."""
     body = head.lstrip()[1:].lstrip()
@@ -41,8 +52,13 @@ def describe_array(head: bytes) -> str:
             "a JSON array of numeric rows (looks like a PyTorch memory timeline, "
             "export_memory_timeline raw output), not a Kineto trace object"
         )
+    if is_event_array(head):
+        return "array-form Chrome trace (a JSON array of trace events, no metadata)"
     if body.startswith(b"{"):
-        return "a JSON array of objects (array-form Chrome trace without metadata), not a Kineto trace object"
+        return (
+            'a JSON array of objects that are not trace events (the first has no "ph"), '
+            "not a Kineto trace object"
+        )
     return "a JSON array, not a Kineto trace object"
 
 

@@ -30,6 +30,7 @@ from warehouse.readers.sniff import (
     describe_binary,
     describe_head,
     describe_keys,
+    is_event_array,
     looks_binary,
     wide_encoding,
 )
@@ -52,7 +53,8 @@ class TraceMeta:
         default_factory=dict
     )  # key -> JSON text, traceEvents excluded
     schema_version: str | None = None
-    trace_format: str = "kineto"  # 'kineto' | 'kineto-legacy'
+    # 'kineto' | 'kineto-legacy' | 'chrome-array' (a bare array of events: no trace metadata)
+    trace_format: str = "kineto"
     rank: int | None = None
     world_size: int | None = None
     device: str | None = None  # GPU name, 'cpu' without device activity, 'mtia', ...
@@ -63,11 +65,14 @@ class TraceMeta:
 
 
 class KinetoTrace:
-    """A Kineto Chrome-trace JSON file (plain or gzip'd), read lazily in chunks."""
+    """A Kineto Chrome-trace JSON file (plain or gzip'd), read lazily in chunks; `array_form`:
+    the file is the Chrome trace format's bare array of events (PyTorch's autograd profiler
+    before Kineto wrote it so), read as a trace whose metadata is all absent."""
 
-    def __init__(self, path: Path, chunk_bytes: int) -> None:
+    def __init__(self, path: Path, chunk_bytes: int, array_form: bool = False) -> None:
         self.path = path
         self.chunk_bytes = chunk_bytes
+        self.array_form = array_form
         self.meta = TraceMeta()
         self._raw_cats: Counter[str] = Counter()
         self._gpu_devices: Counter[int] = Counter()
@@ -96,6 +101,7 @@ class KinetoTrace:
             self.chunk_bytes if gz else max(1, min(self.chunk_bytes, self.path.stat().st_size + 1))
         )
         work, scanner, scratch = _take_buffers(step)
+        scanner.state[fused.S_ARRAY_FORM] = int(self.array_form)
         self._work = work  # the buffer in use (replaced when it grows), handed back at the end
         try:
             yield from self._read(work, scanner, scratch, step, gz)
@@ -245,8 +251,9 @@ class KinetoTrace:
         if rc == sc.E_DUPLICATE:
             raise MalformedTrace(self.path, f"a second traceEvents array at byte {at}")
         if rc == sc.E_TRAILING:
+            end = "bracket" if self.array_form else "brace"
             raise MalformedTrace(
-                self.path, f"unexpected data after the closing brace at byte {at}: {snippet!r}"
+                self.path, f"unexpected data after the closing {end} at byte {at}: {snippet!r}"
             )
         raise MalformedTrace(self.path, f"invalid JSON at byte {at}: unexpected {snippet!r}")
 
@@ -296,6 +303,8 @@ class KinetoTrace:
             counts[normalise(raw or None)] += c
         meta.category_counts = dict(counts)
         meta.trace_format = "kineto-legacy" if LEGACY_CATEGORIES & set(self._raw_cats) else "kineto"
+        if self.array_form:
+            meta.trace_format = "chrome-array"
         top = {k: _json_or_none(v) for k, v in meta.top_level.items()}
         sv = top.get("schemaVersion")
         meta.schema_version = None if sv is None else str(sv)
@@ -397,12 +406,12 @@ def open_kineto(path: str | Path, chunk_bytes: int) -> KinetoTrace:
         raise NotKinetoTrace(p, "a directory, not a trace file")
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
-    _precheck(p)
-    return KinetoTrace(p, chunk_bytes)
+    return KinetoTrace(p, chunk_bytes, array_form=_precheck(p))
 
 
-def _precheck(path: Path) -> None:
-    """Refuse at open what the first 64 KiB already show (empty, binary, arrays, broken gzip)."""
+def _precheck(path: Path) -> bool:
+    """Refuse at open what the first 64 KiB already show (empty, binary, arrays that are not
+    events, broken gzip); True for a bare array of events (`KinetoTrace.array_form`)."""
     size = path.stat().st_size
     head, gz, error = read_head(path)
     if size == 0:
@@ -412,5 +421,8 @@ def _precheck(path: Path) -> None:
     text = head.lstrip(b"\xef\xbb\xbf").lstrip()
     if not text and len(head) < (1 << 16):
         raise NotKinetoTrace(path, describe_head(head, gz, error, size))
+    if text[:1] == b"[" and is_event_array(text):
+        return True
     if text and text[:1] != b"{":
         raise NotKinetoTrace(path, describe_head(head, gz, error, size))
+    return False
