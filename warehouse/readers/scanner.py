@@ -3,7 +3,8 @@ structure at a clean point, the error codes, and the string skipper.
 
 A Kineto trace is one object, `{"k": v, ..., "traceEvents": [{...}, {...}], "k2": v2}`, that can
 be gigabytes long; `fused.scan` walks it in chunks and resumes at a clean point whose state is
-just the phase below.
+just the phase below. The Chrome trace format's array form, a bare `[{...}, {...}]` of events, is
+walked from P_ARRAY to P_END (`fused.S_ARRAY_FORM`, set by the reader from the file's first byte).
 """
 
 from __future__ import annotations
