@@ -436,6 +436,34 @@ def test_manifest_compaction_keeps_the_latest_rows_and_progress(
     assert query(warehouse_dir, "select * from traces order by all") == before
 
 
+def test_many_one_job_ingests_keep_the_manifest_compact(
+    examples: Path, warehouse_dir: Path
+) -> None:
+    """A nightly run of one ingest per job: every ingest reads all the manifest's parts, so the
+    commits merge them once COMPACT_AFTER_PARTS are there; the small parts a commit appends are
+    written uncompressed (read back by every ingest), the merged one zstd'd."""
+    from warehouse.manifest import COMPACT_AFTER_PARTS
+
+    trace = sorted((examples / "dlrm_8rank").glob("*.json.gz"))[0]
+    layout = Layout.at(warehouse_dir)
+    counts = []
+    for k in range(COMPACT_AFTER_PARTS + 4):
+        ingest([trace], warehouse=warehouse_dir, job=f"night{k}")
+        counts.append(len(layout.manifest_parts()))
+    assert max(counts) == COMPACT_AFTER_PARTS - 1 < COMPACT_AFTER_PARTS + 4
+    assert counts[COMPACT_AFTER_PARTS - 1] == 1  # the commit that made the 16th part merged
+    rows = query(warehouse_dir, "select job, status, n_events from traces order by job")
+    assert sorted(r[0] for r in rows) == sorted(f"night{k}" for k in range(COMPACT_AFTER_PARTS + 4))
+    assert {(r[1], r[2]) for r in rows} == {("ok", rows[0][2])}
+    codecs = {
+        p.name: pq.ParquetFile(p).metadata.row_group(0).column(0).compression
+        for p in layout.manifest_parts()
+    }
+    merged = min(layout.manifest_parts())  # parts are named in time order
+    assert codecs.pop(merged.name) == "ZSTD"
+    assert set(codecs.values()) == {"UNCOMPRESSED"}
+
+
 def test_a_file_is_read_once_unless_a_file_of_its_size_is_known(
     examples: Path, warehouse_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

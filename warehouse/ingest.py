@@ -773,10 +773,12 @@ def ingest(
     with commit_lock(layout):
         layout.ensure()
         _clean_stale_staging(layout)
-        _clean_orphans(layout, read_manifest(layout))
+        # the plan's view of the warehouse too: a read outside the lock would be no fresher for
+        # long, and every commit checks its rows against the manifest again under the lock
+        manifest = read_manifest(layout)
+        _clean_orphans(layout, manifest)
 
     sizes = [p.path.stat().st_size for p in planned]
-    manifest = read_manifest(layout)
     # Only a file of a size the warehouse has seen can be in it already: those are hashed first,
     # to skip them unparsed. Every other file is hashed by the reading that parses it.
     seen_sizes = {r["size_bytes"] for r in manifest.rows}

@@ -99,12 +99,14 @@ def find_trace_files(directory: Path) -> list[Path]:
     return sorted(out)
 
 
-def write_parquet_atomic(table: pa.Table, target: Path) -> None:
+def write_parquet_atomic(
+    table: pa.Table, target: Path, compression: str = PARQUET_COMPRESSION
+) -> None:
     """Write `table` to a temporary file beside `target`, fsync it, then rename it into place."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     try:
-        pq.write_table(table, tmp, compression=PARQUET_COMPRESSION)
+        pq.write_table(table, tmp, compression=compression)
         fsync_path(tmp)
         os.replace(tmp, target)
     finally:

@@ -24,8 +24,10 @@ from warehouse.schema import TRACES
 
 __all__ = ["Manifest", "append_rows", "commit_lock", "compact", "read_manifest"]
 
-# Past this many parts, a commit merges them into one (reading many tiny files is slow).
-COMPACT_AFTER_PARTS = 64
+# Past this many parts, a commit merges them into one. An ingest reads the whole manifest twice
+# (planning, then each commit): at 40 parts that was 80 ms of every call, which a nightly run of
+# one call per job pays per job; merging costs one read and one write of the rows.
+COMPACT_AFTER_PARTS = 16
 
 
 @contextmanager
@@ -110,7 +112,10 @@ def append_rows(layout: Layout, rows: Sequence[dict]) -> Path | None:
         return None
     table = pa.Table.from_pylist(list(rows), schema=TRACES)
     part = layout.new_manifest_part()
-    write_parquet_atomic(table, part)
+    # Uncompressed: a part holds one commit's rows (a few kB), and every ingest reads every part
+    # until compaction; zstd'd, each read set up a decompressor per column (0.6 ms a part
+    # against 0.35 ms). The compacted part, which can hold a fleet's rows, stays zstd'd.
+    write_parquet_atomic(table, part, compression="none")
     return part
 
 
