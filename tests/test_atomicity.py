@@ -15,7 +15,6 @@ from collections import Counter
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -182,24 +181,38 @@ def test_killed_ingest_leaves_no_partial_rows(big_input: Path, warehouse_dir: Pa
     assert n == 6 * m
 
 
-def test_orphan_data_file_is_invisible_and_removed(examples: Path, warehouse_dir: Path) -> None:
-    """A kill between renaming a trace's events file in and appending its manifest row leaves an
-    orphan file: the views must not show it, and the next ingest deletes it."""
-    assert (
-        run("ingest", str(examples / "nccl_a100"), "--warehouse", str(warehouse_dir)).returncode
-        == 0
-    )
-    [src] = (warehouse_dir / "events").rglob("rank=0/*.parquet")
-    orphan = src.parent.parent / "rank=5" / ("0" * 64 + ".parquet")
-    orphan.parent.mkdir()
-    table = pq.read_table(src)
-    pq.write_table(table.set_column(1, "rank", pa.array([5] * len(table), pa.int32())), orphan)
-    [(n,)] = query(warehouse_dir, "select count(*) from events")
-    assert n == len(table)  # the orphan's rows are not visible
+def test_a_commit_killed_before_its_manifest_row_leaves_nothing(
+    examples: Path, warehouse_dir: Path
+) -> None:
+    """A process that ends between renaming a trace's files into place and appending their
+    manifest row (here it ends itself at that call, as a SIGKILL would): the views show none of
+    it, and the next ingest deletes the files (the commit's journal names them) without walking
+    the warehouse."""
+    first = examples / "nccl_a100" / "nccl_data.json.gz"
+    assert run("ingest", str(first), "--warehouse", str(warehouse_dir)).returncode == 0
+    [(before,)] = query(warehouse_dir, "select count(*) from events")
+    had = set((warehouse_dir / "events").rglob("*.parquet"))
     one = examples / "dlrm_8rank" / "worker2_step_12.1694128201554.pt.trace.json.gz"
-    dlrm = run("ingest", str(one), "--warehouse", str(warehouse_dir))
-    assert dlrm.returncode == 0
-    assert not orphan.exists()
+    code = (
+        "import os\nimport warehouse.ingest as ingest\n"
+        "ingest.append_rows = lambda layout, rows: os._exit(9)\n"
+        f"ingest.ingest([{str(one)!r}], warehouse={str(warehouse_dir)!r})\n"
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert killed.returncode == 9, killed.stderr
+    placed = sorted(set((warehouse_dir / "events").rglob("*.parquet")) - had)
+    assert len(placed) == 1  # renamed into place, its manifest row never written
+    assert (warehouse_dir / ".commit.journal").exists()
+    [(n,)] = query(warehouse_dir, "select count(*) from events")
+    assert n == before  # the placed file's rows are not visible
+    other = examples / "dlrm_8rank" / "worker3_step_12.1694128201557.pt.trace.json.gz"
+    assert other.exists()
+    again = run("ingest", str(other), "--warehouse", str(warehouse_dir))
+    assert again.returncode == 0, again.stderr
+    assert not placed[0].exists()
+    assert not (warehouse_dir / ".commit.journal").exists()
     assert_clean(warehouse_dir)
 
 

@@ -21,6 +21,7 @@ Steps for each file:
 from __future__ import annotations
 
 import gc
+import json
 import os
 import shutil
 import time
@@ -48,7 +49,7 @@ from warehouse.jobs import (
     resolve_job,
     resolve_rank,
 )
-from warehouse.layout import PARQUET_COMPRESSION, SCHEMA_FILE, Layout, encode_job
+from warehouse.layout import PARQUET_COMPRESSION, Layout, fsync_path
 from warehouse.manifest import Manifest, append_rows, commit_lock, compact, read_manifest
 from warehouse.readers.columns import POOL
 from warehouse.readers.source import HashedFile
@@ -503,35 +504,53 @@ def _clean_stale_staging(layout: Layout) -> None:
         shutil.rmtree(run, ignore_errors=True)
 
 
-def _clean_orphans(layout: Layout, manifest: Manifest) -> int:
-    """Delete data files no `ok` manifest row points to (left by a commit killed half-way) and
-    temporary files of killed writes. Call under the commit lock."""
-    live = {
-        (encode_job(r["job"]), str(r["rank"]), r["sha256"])
-        for r in manifest.rows
-        if r["status"] == "ok"
-    }
+def _sweep_dead_commit(layout: Layout, manifest: Manifest) -> int:
+    """Delete the data files a commit that died had placed without their manifest rows (the
+    journal it left names them), and temporary files of killed manifest writes. Call under the
+    commit lock: a journal seen there is a dead commit's, since a commit holds the lock for the
+    journal's whole life.
+
+    The journal replaces a walk of the whole events and trace_meta trees on every ingest, which
+    took 0.65 s of CPU under the lock at 20k traces (1.7 s with pathlib) and grew with the fleet.
+    """
     removed = 0
-    for directory in (layout.events_dir, layout.trace_meta_dir, layout.manifest_dir):
-        if not directory.is_dir():
-            continue
-        for p in directory.rglob("*"):
-            if p.is_dir():
-                continue
-            if p.name.endswith(".tmp"):
-                p.unlink(missing_ok=True)
+    if layout.manifest_dir.is_dir():
+        for entry in os.scandir(layout.manifest_dir):
+            if entry.name.endswith(".tmp"):
+                _unlink(entry.path)
                 removed += 1
-                continue
-            if directory == layout.manifest_dir or p.name == SCHEMA_FILE:
-                continue
-            rel = p.relative_to(directory).parts
-            if len(rel) == 3 and rel[0].startswith("job=") and rel[1].startswith("rank="):
-                key = (rel[0][4:], rel[1][5:], p.name.removesuffix(".parquet"))
-                if key in live:
-                    continue
-            p.unlink(missing_ok=True)
-            removed += 1
+    try:
+        placed = json.loads(layout.journal_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return removed
+    except ValueError:  # torn before its rename: nothing was placed yet
+        placed = []
+    for job, rank, sha in placed:
+        row = manifest.get(job, sha)
+        if row is not None and row["status"] == "ok" and row["rank"] == rank:
+            continue
+        for path in (layout.events_file(job, rank, sha), layout.trace_meta_file(job, rank, sha)):
+            if path.exists():
+                _unlink(str(path))
+                removed += 1
+    _unlink(str(layout.journal_path))
     return removed
+
+
+def _write_journal(layout: Layout, placed: list[tuple[str, int, str]]) -> None:
+    """Name the files about to be renamed into place, durably, before the first rename."""
+    tmp = layout.journal_path.with_name(f"{layout.journal_path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(json.dumps(placed), encoding="utf-8")
+    fsync_path(tmp)
+    os.replace(tmp, layout.journal_path)
+    fsync_path(layout.root)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _manifest_row(
@@ -571,7 +590,11 @@ def _commit(
     """Move a batch of staged files into place and record them. Holds the commit lock."""
     with commit_lock(layout):
         manifest = read_manifest(layout)
+        _sweep_dead_commit(layout, manifest)  # one that died since this ingest began
         rows: list[dict] = []
+        # (staged file, its place, job, rank, sha): renamed in after the journal names them
+        moves: list[tuple[str, Path, str, int, str]] = []
+        pending: dict[str, str] = {}  # events_file of a row of this batch -> its staged file
         in_batch: dict[tuple[str, str], dict] = {}
         # job -> rank -> the ok row holding it (a job's rows at hand for the window check)
         holders: dict[str, dict[int, dict]] = {}
@@ -584,7 +607,7 @@ def _commit(
             prev = in_batch.get((job, sha)) or manifest.get(job, sha)
             window_note = None
             if staged.error is None and (prev is None or prev["status"] != "ok"):
-                job, window_note = _window(layout, staged, holders.get(staged.job, {}))
+                job, window_note = _window(layout, staged, holders.get(staged.job, {}), pending)
                 if job != staged.job:
                     prev = in_batch.get((job, sha)) or manifest.get(job, sha)
                     if prev is None or prev["status"] != "ok":
@@ -612,10 +635,9 @@ def _commit(
                 else:
                     events = layout.events_file(job, staged.rank, sha)
                     meta = layout.trace_meta_file(job, staged.rank, sha)
-                    events.parent.mkdir(parents=True, exist_ok=True)
-                    meta.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(staged.events_tmp, events)
-                    os.replace(staged.meta_tmp, meta)
+                    moves.append((staged.events_tmp, events, job, staged.rank, sha))
+                    moves.append((staged.meta_tmp, meta, job, staged.rank, sha))
+                    pending[layout.relative(events)] = staged.events_tmp
                     row = _manifest_row(
                         job=job,
                         rank=staged.rank,
@@ -661,13 +683,23 @@ def _commit(
                     rows.append(row)
                     in_batch[(job, sha)] = row
             outcomes[task.index] = outcome
+        if moves:
+            _write_journal(layout, sorted({(j, r, h) for _, _, j, r, h in moves}))
+            for src, dst, *_ in moves:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src, dst)
         append_rows(layout, rows)  # the commit point: last
+        if moves:
+            _unlink(str(layout.journal_path))
         compact(layout)
 
 
-def _window(layout: Layout, staged: _Staged, held: dict[int, dict]) -> tuple[str, str | None]:
+def _window(
+    layout: Layout, staged: _Staged, held: dict[int, dict], pending: dict[str, str]
+) -> tuple[str, str | None]:
     """The job a staged file goes to: its own, or a later profiling window of it
-    (`warehouse.windows`), with a note saying why. `held`: rank -> ok row of its job."""
+    (`warehouse.windows`), with a note saying why. `held`: rank -> ok row of its job;
+    `pending`: where the events of rows of the same commit still are (staged)."""
     job = staged.job
     if not held or staged.events_tmp is None:
         return job, None
@@ -679,7 +711,9 @@ def _window(layout: Layout, staged: _Staged, held: dict[int, dict]) -> tuple[str
     other = holder if holder is not None else next(iter(held.values()))
     if not mine or not other.get("events_file"):
         return job, None
-    theirs = windows.profiler_steps(layout.root / other["events_file"])
+    theirs = windows.profiler_steps(
+        pending.get(other["events_file"]) or layout.root / other["events_file"]
+    )
     if not theirs or mine & theirs:
         return job, None
     to = windows.window_job(job, mine)
@@ -776,7 +810,7 @@ def ingest(
         # the plan's view of the warehouse too: a read outside the lock would be no fresher for
         # long, and every commit checks its rows against the manifest again under the lock
         manifest = read_manifest(layout)
-        _clean_orphans(layout, manifest)
+        _sweep_dead_commit(layout, manifest)
 
     sizes = [p.path.stat().st_size for p in planned]
     # Only a file of a size the warehouse has seen can be in it already: those are hashed first,

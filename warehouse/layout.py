@@ -154,6 +154,12 @@ class Layout:
         return self.root / ".commit.lock"
 
     @property
+    def journal_path(self) -> Path:
+        """The files a commit in progress is placing (`warehouse.ingest`): only a commit that
+        died leaves it behind."""
+        return self.root / ".commit.journal"
+
+    @property
     def catalog_path(self) -> Path:
         return self.root / CATALOG_NAME
 
