@@ -621,14 +621,9 @@ def scan(
             i += 1
             continue
         if phase == P_START:
-            if array_form and c == 91:  # '[': the events themselves
-                seen_te = 1
-                phase = P_ARRAY
-                ev_expect = 2
-                i += 1
-                clean = i
-                clean_phase = phase
-                clean_ev_expect = ev_expect
+            if array_form and c == 91:  # '[': the events themselves, entered as traceEvents'
+                is_te = True
+                phase = P_VALUE
                 continue
             if c != 123 or array_form:
                 state[S_ERR_POS] = i
