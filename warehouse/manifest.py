@@ -74,14 +74,6 @@ class Manifest:
         return out
 
 
-def read_table(layout: Layout) -> pa.Table:
-    """All manifest rows of all parts (history included), schema TRACES."""
-    parts = layout.manifest_parts()
-    if not parts:
-        return TRACES.empty_table()
-    return pa.concat_tables([_read_part(p) for p in parts])
-
-
 def _read_part(path: Path) -> pa.Table:
     """One part, as TRACES (a column an older part lacks is null). `ParquetFile`, not
     `pq.read_table`: the latter goes through pyarrow.dataset, whose import costs ~0.3 s in every
@@ -111,32 +103,23 @@ _READ: dict[Path, tuple[tuple[tuple[str, int, int], ...], dict[tuple[str, str], 
 def read_manifest(layout: Layout) -> Manifest:
     """The latest row per (job, sha256). Ties on `ingested_at` go to the later part file.
     The rows are shared with later reads in this process: read them, do not change them."""
+    try:
+        return _read_since(layout)
+    except FileNotFoundError:  # a part merged away since the listing: read from scratch
+        _READ.pop(layout.root, None)
+        return _read_since(layout)
+
+
+def _read_since(layout: Layout) -> Manifest:
     parts = layout.manifest_parts()
-    stamps = []
-    for p in parts:
-        try:
-            st = p.stat()
-        except FileNotFoundError:  # merged away since the listing: read from scratch
-            return _read_all(layout)
-        stamps.append((p.name, st.st_size, st.st_mtime_ns))
+    stamps = tuple((p.name, (st := p.stat()).st_size, st.st_mtime_ns) for p in parts)
     seen, latest = _READ.get(layout.root, ((), {}))
-    if tuple(stamps[: len(seen)]) != seen:
+    if stamps[: len(seen)] != seen:
         seen, latest = (), {}
     latest = dict(latest)
     for part in parts[len(seen) :]:
-        try:
-            rows = _read_part(part).to_pylist()
-        except FileNotFoundError:
-            return _read_all(layout)
-        _keep_latest(latest, rows)
-    _READ[layout.root] = (tuple(stamps), latest)
-    return Manifest(latest)
-
-
-def _read_all(layout: Layout) -> Manifest:
-    _READ.pop(layout.root, None)
-    latest: dict[tuple[str, str], dict] = {}
-    _keep_latest(latest, read_table(layout).to_pylist())
+        _keep_latest(latest, _read_part(part).to_pylist())
+    _READ[layout.root] = (stamps, latest)
     return Manifest(latest)
 
 

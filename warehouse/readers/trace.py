@@ -302,9 +302,12 @@ class KinetoTrace:
         for raw, c in self._raw_cats.items():
             counts[normalise(raw or None)] += c
         meta.category_counts = dict(counts)
-        meta.trace_format = "kineto-legacy" if LEGACY_CATEGORIES & set(self._raw_cats) else "kineto"
         if self.array_form:
             meta.trace_format = "chrome-array"
+        elif LEGACY_CATEGORIES & set(self._raw_cats):
+            meta.trace_format = "kineto-legacy"
+        else:
+            meta.trace_format = "kineto"
         top = {k: _json_or_none(v) for k, v in meta.top_level.items()}
         sv = top.get("schemaVersion")
         meta.schema_version = None if sv is None else str(sv)
