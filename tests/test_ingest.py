@@ -6,6 +6,7 @@ trace README, never from the code under test.
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
 import hashlib
 import json
@@ -423,8 +424,10 @@ def test_manifest_compaction_keeps_the_latest_rows_and_progress(
 
     files = sorted((examples / "dlrm_8rank").glob("*.json.gz"))[:3]
     seen = []
+    start = dt.datetime.now(dt.UTC)
     for f in files:
         ingest([f], warehouse=warehouse_dir, job="c", progress=seen.append)
+    end = dt.datetime.now(dt.UTC)
     assert [(p.files_done, p.files_total, p.events_done > 0) for p in seen] == [(1, 1, True)] * 3
     assert seen[0].bytes_done == seen[0].bytes_total == files[0].stat().st_size
     layout = Layout.at(warehouse_dir)
@@ -434,6 +437,9 @@ def test_manifest_compaction_keeps_the_latest_rows_and_progress(
         assert compact(layout, min_parts=2)
     assert len(layout.manifest_parts()) == 1
     assert query(warehouse_dir, "select * from traces order by all") == before
+    # the commit times, as the clock had them (not epoch-shifted by a unit), through the merge
+    times = [r[0] for r in query(warehouse_dir, "select ingested_at from traces order by 1")]
+    assert len(times) == 3 and all(start <= t <= end for t in times), (start, times, end)
 
 
 def test_many_one_job_ingests_keep_the_manifest_compact(

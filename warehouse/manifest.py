@@ -45,7 +45,9 @@ def commit_lock(layout: Layout) -> Iterator[None]:
 
 class Manifest:
     """The latest manifest row per (job, sha256), as plain dicts, with the lookups ingest needs
-    (`by_sha` and `ok_by_rank` built on first use: a commit needs one of them)."""
+    (`by_sha` and `ok_by_rank` built on first use: a commit needs one of them). A row's
+    `ingested_at` is integer microseconds since the epoch (UTC): tz-aware datetimes cost 2.4 us
+    each to make, 0.12 s of a process's first read at 50k rows."""
 
     def __init__(self, latest: dict[tuple[str, str], dict]) -> None:
         self.by_key = latest
@@ -118,9 +120,23 @@ def _read_since(layout: Layout) -> Manifest:
         seen, latest = (), {}
     latest = dict(latest)
     for part in parts[len(seen) :]:
-        _keep_latest(latest, _read_part(part).to_pylist())
+        _keep_latest(latest, _rows(_read_part(part)))
     _READ[layout.root] = (stamps, latest)
     return Manifest(latest)
+
+
+def _rows(table: pa.Table) -> list[dict]:
+    """The table's rows as dicts, `ingested_at` as integer microseconds (see `Manifest`); built
+    column by column (`Table.to_pylist` is row by row, 2x slower)."""
+    columns = []
+    for f in TRACES:
+        col = table.column(f.name)
+        if pa.types.is_timestamp(f.type):
+            columns.append([x for c in col.chunks for x in c.view(pa.int64()).to_pylist()])
+        else:
+            columns.append(col.to_pylist())
+    names = TRACES.names  # a new list on every access
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
 def _keep_latest(latest: dict[tuple[str, str], dict], rows: list[dict]) -> None:
