@@ -4,7 +4,8 @@
                                      [--mid-gb 0.25] [--markdown FILE] [--no-corpus]
                                      [--cold-cache]
 
-Inputs: the largest shared trace (hta/df_index_resolver, 54 MB of JSON), a ~1 GB trace made
+Inputs: the largest shared trace (hta/df_index_resolver, 54 MB of JSON): as shipped (gzip'd,
+"54MB.gz") and written out plain ("54MB"), a ~1 GB trace made
 by repeating its events (written, uncompressed, to a temp dir, never into the repo), and the
 many-small-files case: the gzip'd traces of tests/data/corpus in one call. Each contender runs
 in its own subprocess; its wall time, CPU time and peak RSS (ru_maxrss of that process) are
@@ -85,7 +86,8 @@ print(n)
 # cost a fleet ingest pays once per process. Each lumos pass ingests into a fresh warehouse whose
 # (empty) catalog exists already, as a nightly ingest finds it; each prints WARM {"cpu": [...], "wall": [...]}.
 _LUMOS_WARM = """
-import json, shutil, sys, tempfile, time
+import json, os, shutil, sys, tempfile, time
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as lumos.cli.main, before numpy's import
 from warehouse.ingest_process import prepare_ingest_process
 prepare_ingest_process()  # as the `lumos ingest` process does
 from warehouse.catalog import build_catalog
@@ -149,7 +151,11 @@ def make_inputs(tmp: Path, target_gb: float, mid_gb: float | None = None) -> dic
     end = text.rindex(b"}", 0, end) + 1
     region = text[start:end]
     n_events = len(json.loads(text)["traceEvents"])
-    out: dict[str, Input] = {"54MB": ([small], len(text), n_events, True)}
+    # the shared file as it is shipped (gzip'd), and its JSON written out plain: HTA reads both
+    out: dict[str, Input] = {
+        "54MB": ([small], len(text), n_events, True),
+        "54MB.gz": ([SOURCE], len(text), n_events, True),
+    }
     for gb in [mid_gb, target_gb] if mid_gb else [target_gb]:
         copies = max(1, round(gb * 1e9 / len(region)))
         big = tmp / f"df_index_resolver_x{copies}.json"
