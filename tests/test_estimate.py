@@ -109,6 +109,8 @@ def test_estimate_bad_keys_exit_2(gt_warehouse, capsys):
         (["layers=99999999"], "the estimator builds at most 20,000,000"),
         (["speedup.all=inf"], "speedup.all must be a finite number > 0"),
         (["dp=2", "dp=4"], "dp given twice"),
+        (["layers=0"], "--set: layers must be >= 1, got 0"),
+        (["zero_stage=4"], "--set: zero_stage must be 0, 1, 2 or 3, got 4"),
         (["speedup.gemm=2", "speedup.gemm=4"], "speedup.gemm given twice"),
     ],
 )

@@ -91,6 +91,10 @@ def test_describe_cli_json_and_unknown_job(gt_warehouse, capsys):
     args = ["describe", "--job", "single", "--warehouse", str(gt_warehouse), "--base", "layrs=2"]
     assert main(args) == 2
     assert "unknown key 'layrs'" in capsys.readouterr().err
+    # a given value no configuration can hold is refused, not shown with a warning and exit 0
+    for given, said in [("layers=0", "layers must be >= 1, got 0"), ("tp=-2", "tp must be >= 1")]:
+        assert main([*args[:-1], given]) == 2
+        assert f"--base: {said}" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

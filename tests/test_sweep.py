@@ -54,6 +54,11 @@ def test_grid_product_and_constraints(tmp_path):
         ("grid: {}\n", "non-empty mapping"),
         ("base: {tp: two}\ngrid: {dp: [1]}\n", "tp must be an integer"),
         ("grid: [1, 2\n", "not valid YAML"),
+        ("grid: {layers: [4, 8, 4]}\n", "layers lists 4 more than once"),
+        ("grid: {dp: [1, 2, '2', 1.0]}\n", "dp lists 1, 2 more than once"),
+        ("grid: {layers: [0, 4]}\n", "layers must be >= 1, got 0"),
+        ("grid: {dtype_bytes: [2, 3]}\n", "dtype_bytes must be 1, 2, 4 or 8, got 3"),
+        ("base: {layers: -1}\ngrid: {dp: [1]}\n", "base: layers must be >= 1, got -1"),
     ],
 )
 def test_grid_errors_name_the_file_and_problem(tmp_path, text, message):

@@ -102,21 +102,11 @@ class ModelConfig:
             if f.type in ("int", int):
                 if not isinstance(value, int) or isinstance(value, bool):
                     raise ConfigError(f"{where}: {f.name} must be an integer, got {value!r}")
-                low = (
-                    0
-                    if f.name in ("ffn", "kv_heads", "vocab", "zero_stage", "device_memory")
-                    else 1
-                )
-                if value < low:
-                    raise ConfigError(f"{where}: {f.name} must be >= {low}, got {value}")
+                _check_int(f.name, value, where)
         if self.pp_schedule not in PP_SCHEDULES:
             raise ConfigError(f"{where}: pp_schedule must be one of {PP_SCHEDULES}")
         if self.recompute not in RECOMPUTE:
             raise ConfigError(f"{where}: recompute must be one of {RECOMPUTE}")
-        if self.zero_stage > 3:
-            raise ConfigError(f"{where}: zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
-        if self.dtype_bytes not in (1, 2, 4, 8):
-            raise ConfigError(f"{where}: dtype_bytes must be 1, 2, 4 or 8, got {self.dtype_bytes}")
         checks = [
             (
                 self.hidden % self.heads == 0,
@@ -164,6 +154,21 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
 
+# integer fields that may be 0 (none, or not known); every other one counts something
+_ZERO_ALLOWED = ("ffn", "kv_heads", "vocab", "zero_stage", "device_memory")
+
+
+def _check_int(key: str, value: int, where: str) -> None:
+    """Raise `ConfigError` when one integer field's value is out of its range on its own."""
+    low = 0 if key in _ZERO_ALLOWED else 1
+    if value < low:
+        raise ConfigError(f"{where}: {key} must be >= {low}, got {value}")
+    if key == "zero_stage" and value > 3:
+        raise ConfigError(f"{where}: zero_stage must be 0, 1, 2 or 3, got {value}")
+    if key == "dtype_bytes" and value not in (1, 2, 4, 8):
+        raise ConfigError(f"{where}: dtype_bytes must be 1, 2, 4 or 8, got {value}")
+
+
 KEYS: dict[str, type] = {f.name: f.type for f in dataclasses.fields(ModelConfig)}  # type: ignore[misc]
 _TYPES = {"int": int, "str": str, "bool": bool}
 
@@ -195,6 +200,8 @@ def parse_value(key: str, text: str, where: str = "override") -> Any:
             if not value.is_integer():
                 raise ConfigError(f"{where}: {key} must be an integer, got {text!r}")
             value = int(value)
+        # a value no configuration can hold is refused where it is given, not left to a warning
+        _check_int(key, value, where)
         return value
     value = raw.lower()
     allowed = {"pp_schedule": PP_SCHEDULES, "recompute": RECOMPUTE}.get(key)

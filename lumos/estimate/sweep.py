@@ -236,7 +236,11 @@ def load_grid(path: str | Path) -> Grid:
         vals = values if isinstance(values, list) else [values]
         if not vals:
             raise GridError(f"{where}: grid: {key} has no values")
-        grid.axes[key] = [_typed(key, v, f"{where}: grid: {key}") for v in vals]
+        typed = [_typed(key, v, f"{where}: grid: {key}") for v in vals]
+        twice = sorted({str(v) for v in typed if typed.count(v) > 1})
+        if twice:  # each would be estimated and stored again, a duplicate row per combination
+            raise GridError(f"{where}: grid: {key} lists {', '.join(twice)} more than once")
+        grid.axes[key] = typed
     cons = doc.get("constraints") or []
     if not isinstance(cons, list):
         raise GridError(f"{where}: constraints: must be a list of expressions")
