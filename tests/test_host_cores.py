@@ -167,6 +167,7 @@ def test_the_cli_takes_the_hosts_cores_and_says_where_they_came_from(runs, tmp_p
         with open(out, "w") as f, contextlib.redirect_stdout(f):
             assert main([*args, *extra, "--json"]) == 0
         warnings = json.loads(out.read_text())["warnings"]
+        assert json.loads(out.read_text())["host_cores"] == (3 if extra else _cores())
         if _cores() < 4 or extra:
             assert any(said in w for w in warnings), warnings
 
@@ -209,8 +210,9 @@ def test_a_grid_file_states_the_hosts_cores(runs, tmp_path, capsys):
     assert main([*args, "--host-cores", "4"]) == 0
     capsys.readouterr()
     rows = Warehouse.open(tmp_path / "wh").sql(
-        "select warnings, predicted_ns from estimates order by created_at"
+        "select warnings, predicted_ns, host_cores from estimates order by created_at"
     )
+    assert list(rows["host_cores"]) == [3, 4]  # the cores each row's estimate assumed
     first, second = rows["warnings"][0], rows["warnings"][1]
     assert "time-share the host's 3 cores (given by the grid file's host_cores)" in str(first)
     assert "time-share" not in str(second)  # 4 ranks fit on 4 cores

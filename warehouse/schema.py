@@ -474,6 +474,9 @@ ESTIMATES = pa.schema(
         pa.field("job", pa.string(), nullable=False),  # the base job predicted from
         *ESTIMATE_CONFIG_FIELDS,
         pa.field("speedups", pa.string(), nullable=False),  # JSON {class: factor}, '{}' for none
+        # CPU cores the ranks were taken to time-share (--host-cores, a grid's host_cores, or the
+        # base's recorder); null: unknown, none modelled (and in estimates saved before it)
+        pa.field("host_cores", pa.int32()),
         pa.field("predicted_ns", pa.int64(), nullable=False),
         pa.field("interval_low_ns", pa.int64(), nullable=False),
         pa.field("interval_high_ns", pa.int64(), nullable=False),

@@ -112,11 +112,15 @@ class Prediction:
     warnings: list[str] = field(default_factory=list)
     breakdown: dict[str, int] | None = None
     speedups: dict[str, float] = field(default_factory=dict)
+    # CPU cores the ranks were taken to share (given, or as the base's recorder wrote); None:
+    # unknown, no time-sharing modelled
+    host_cores: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "config": self.config.to_dict(),
             "speedups": dict(self.speedups),
+            "host_cores": self.host_cores,
             "predicted_ns": self.predicted_ns,
             "interval_ns": list(self.interval_ns),
             "breakdown": self.breakdown,
@@ -686,6 +690,7 @@ class Estimator:
                     fits=mem.fits,
                     warnings=self._warnings(cfg, ratios[i], beyond[i]),
                     speedups=dict(speedups[i]),
+                    host_cores=self.contention.cores or None,
                 )
             )
         return out
@@ -724,6 +729,7 @@ class Estimator:
             warnings=self.base_notes[:0] + self._warnings(cfg, ratio, beyond),
             breakdown=breakdown,
             speedups=dict(speedup or {}),
+            host_cores=self.contention.cores or None,
         )
 
     def target(self, overrides: Mapping[str, Any], where: str = "--set") -> ModelConfig:

@@ -41,6 +41,7 @@ def estimates_table(sweep_id: str, job: str, preds: Sequence[Prediction]) -> pa.
     data: dict[str, list[Any]] = {"sweep_id": [sweep_id] * n, "job": [job] * n}
     data.update(_config_columns([p.config for p in preds]))
     data["speedups"] = [to_json_speedups(p.speedups) for p in preds]
+    data["host_cores"] = [p.host_cores for p in preds]
     data["predicted_ns"] = [p.predicted_ns for p in preds]
     data["interval_low_ns"] = [p.interval_ns[0] for p in preds]
     data["interval_high_ns"] = [p.interval_ns[1] for p in preds]
