@@ -553,6 +553,52 @@ def test_a_catalog_built_from_other_view_sql_is_rebuilt(
     assert sha == views_fingerprint()
 
 
+def _row_of(schema: pa.Schema) -> dict:
+    """One row of made-up values of the schema's types (for files an older lumos wrote)."""
+    value = {pa.types.is_string: "x", pa.types.is_boolean: False, pa.types.is_integer: 1}
+    row = {}
+    for f in schema:
+        if pa.types.is_timestamp(f.type):
+            row[f.name] = dt.datetime.now(dt.UTC)
+        elif pa.types.is_floating(f.type):
+            row[f.name] = 1.0
+        else:
+            row[f.name] = next(v for test, v in value.items() if test(f.type))
+    return row
+
+
+def test_a_derived_table_from_before_a_column_existed_shows_the_column_as_null(
+    examples: Path, warehouse_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`estimates` files saved before `host_cores` existed: the view still has the column, null
+    in them, because the catalog keeps the table's current schema beside its files
+    (`_schema.parquet`, rewritten when stale); a derived table's schema is part of the catalog's
+    fingerprint, so a column added by a new lumos rebuilds the catalog of an old warehouse."""
+    from warehouse import catalog
+    from warehouse.catalog import build_catalog, views_fingerprint
+    from warehouse.layout import SCHEMA_FILE, write_parquet_atomic
+    from warehouse.schema import ESTIMATES, TABLES
+
+    ingest([examples / "nccl_a100"], warehouse=warehouse_dir)
+    older = pa.schema([f for f in ESTIMATES if f.name != "host_cores"])
+    folder = warehouse_dir / "estimates"
+    old_file = folder / "job=x" / "sweep=old.parquet"
+    old_file.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([_row_of(older)], schema=older), old_file)
+    write_parquet_atomic(older.empty_table(), folder / SCHEMA_FILE)  # as if written then
+    build_catalog(warehouse_dir)
+    assert query(warehouse_dir, "select job, host_cores from estimates") == [("x", None)]
+    assert pq.read_schema(folder / SCHEMA_FILE).equals(ESTIMATES, check_metadata=False)
+
+    before = views_fingerprint()
+    monkeypatch.setitem(TABLES, "estimates", older)
+    catalog.views_fingerprint.cache_clear()
+    assert views_fingerprint() != before
+    monkeypatch.undo()
+    catalog.views_fingerprint.cache_clear()
+    assert views_fingerprint() == before
+
+
 def test_the_catalog_stamp_stands_for_the_catalog_it_was_written_with(
     examples: Path, warehouse_dir: Path
 ) -> None:

@@ -18,9 +18,13 @@ from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 import lumos_sql
-from warehouse.layout import SCHEMA_FILE, Layout
+from warehouse.layout import SCHEMA_FILE, Layout, write_parquet_atomic
 from warehouse.manifest import commit_lock
+from warehouse.schema import TABLES
 
 __all__ = [
     "DERIVED_VIEWS",
@@ -96,7 +100,26 @@ def views_fingerprint() -> str:
     names += [f"{d}/view" for d in DERIVED_VIEWS if f"{d}/view" in lumos_sql.names()]
     for name in names:
         digest.update(lumos_sql.load(name).encode())
+    # and the derived tables' schemas: a column added to one rebuilds the catalog, which writes
+    # the table's new `_schema.parquet` (`_derived_schema`)
+    for d in DERIVED_VIEWS:
+        if d in TABLES:
+            digest.update(f"{d}\0{TABLES[d]}\0".encode())
     return digest.hexdigest()
+
+
+def _derived_schema(folder: Path, schema: pa.Schema) -> None:
+    """Keep `folder/_schema.parquet`, no rows and the table's current schema, beside a derived
+    table's files: the views read with `union_by_name`, so every column of the schema is there
+    (null in files written before it existed) and a query naming a new column works on a
+    warehouse that holds only older files."""
+    marker = folder / SCHEMA_FILE
+    try:
+        if pq.read_schema(marker).equals(schema, check_metadata=False):
+            return
+    except (OSError, pa.ArrowInvalid):
+        pass  # missing, or not a Parquet file: written anew
+    write_parquet_atomic(schema.empty_table(), marker)
 
 
 def _literal(text: str) -> str:
@@ -122,6 +145,8 @@ def build_catalog(warehouse: str | os.PathLike[str]) -> Path:
                 con.execute(lumos_sql.render(f"catalog/{view}", **slots))
             derived = present_derived_views(layout)
             for name in derived:
+                if name in TABLES:
+                    _derived_schema(layout.root / name, TABLES[name])
                 glob = _literal(str(layout.root / name / "**" / "*.parquet"))
                 con.execute(_derived_view_sql(name, glob))
             con.execute(
