@@ -100,19 +100,18 @@ def views_fingerprint() -> str:
     names += [f"{d}/view" for d in DERIVED_VIEWS if f"{d}/view" in lumos_sql.names()]
     for name in names:
         digest.update(lumos_sql.load(name).encode())
-    # and the derived tables' schemas: a column added to one rebuilds the catalog, which writes
-    # the table's new `_schema.parquet` (`_derived_schema`)
-    for d in DERIVED_VIEWS:
-        if d in TABLES:
-            digest.update(f"{d}\0{TABLES[d]}\0".encode())
+    # and the tables' schemas: a column added to one rebuilds the catalog, which writes the
+    # table's new `_schema.parquet` (`_keep_schema`)
+    for name in sorted(TABLES):
+        digest.update(f"{name}\0{TABLES[name]}\0".encode())
     return digest.hexdigest()
 
 
-def _derived_schema(folder: Path, schema: pa.Schema) -> None:
-    """Keep `folder/_schema.parquet`, no rows and the table's current schema, beside a derived
-    table's files: the views read with `union_by_name`, so every column of the schema is there
-    (null in files written before it existed) and a query naming a new column works on a
-    warehouse that holds only older files."""
+def _keep_schema(folder: Path, schema: pa.Schema) -> None:
+    """Keep `folder/_schema.parquet`, no rows and the table's current schema, beside a table's
+    files: the views read with `union_by_name`, so every column of the schema is there (null in
+    files written before it existed) and a query naming a new column works on a warehouse that
+    holds only older files."""
     marker = folder / SCHEMA_FILE
     try:
         if pq.read_schema(marker).equals(schema, check_metadata=False):
@@ -143,10 +142,12 @@ def build_catalog(warehouse: str | os.PathLike[str]) -> Path:
             slots["trace_meta_glob"] = _literal(layout.glob("trace_meta"))
             for view in VIEWS:
                 con.execute(lumos_sql.render(f"catalog/{view}", **slots))
+            for directory, schema in layout.table_dirs().values():
+                _keep_schema(directory, schema)
             derived = present_derived_views(layout)
             for name in derived:
                 if name in TABLES:
-                    _derived_schema(layout.root / name, TABLES[name])
+                    _keep_schema(layout.root / name, TABLES[name])
                 glob = _literal(str(layout.root / name / "**" / "*.parquet"))
                 con.execute(_derived_view_sql(name, glob))
             con.execute(
