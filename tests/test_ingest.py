@@ -206,6 +206,37 @@ def test_single_file_without_rank_is_rank_0_and_job_is_stem(
     ]
 
 
+def test_a_rank_learnt_after_the_events_restamps_the_written_rows(
+    examples: Path, warehouse_dir: Path, tmp_path: Path
+) -> None:
+    """distributedInfo after traceEvents: the rows were written under the file name's rank, and
+    the file is rewritten with the trace's (`_restamp`). It reads back as EVENT_FILE, with the
+    same rows as the same trace whose distributedInfo comes first (no rewrite)."""
+    src = sorted((examples / "dlrm_8rank").glob("*.json.gz"))[2]
+    data = json.loads(gzip.decompress(src.read_bytes()))
+    events = data.pop("traceEvents")
+    info = data.pop("distributedInfo")
+    assert info["rank"] == 2
+    late = tmp_path / "late_rank-5.json"  # the name says 5, the trace (said last) 2
+    late.write_text(json.dumps({**data, "traceEvents": events, "distributedInfo": info}))
+    [f] = ingest([late], warehouse=warehouse_dir, job="late").files
+    assert (f.status, f.rank) == ("ok", 2), f.error
+    first = tmp_path / "first_rank-5.json"  # the same text, distributedInfo first
+    first.write_text(json.dumps({**data, "distributedInfo": info, "traceEvents": events}))
+    [g] = ingest([first], warehouse=warehouse_dir, job="first").files
+    sql = "select job, rank, rank_source, n_events from traces order by job"
+    assert query(warehouse_dir, sql) == [
+        ("first", 2, "distributedInfo", len(events)),
+        ("late", 2, "distributedInfo", len(events)),
+    ]
+    layout = Layout.at(warehouse_dir)
+    rewritten = pq.read_table(layout.events_file("late", 2, f.sha256))
+    plain = pq.read_table(layout.events_file("first", 2, g.sha256))
+    assert rewritten.schema.equals(EVENT_FILE, check_metadata=False)
+    assert set(rewritten.column("job").to_pylist()) == {"late"}
+    assert rewritten.drop_columns(["job"]).equals(plain.drop_columns(["job"]))
+
+
 def test_same_job_rank_with_different_content_refuses_the_second(
     examples: Path, warehouse_dir: Path, tmp_path: Path
 ) -> None:
