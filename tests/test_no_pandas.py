@@ -77,3 +77,18 @@ print(rc, "duckdb" in sys.modules, pa.default_memory_pool().backend_name)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-3:] == ["0", "False", "system"]
     assert len(list((tmp_path / "events").rglob("rank=*/*.parquet"))) == 8
+
+
+def test_building_a_new_warehouses_catalog_does_not_import_pandas(tmp_path: Path) -> None:
+    """Without the ingest process's block: the empty `_schema.parquet` files were made by
+    `Schema.empty_table`, which imports pandas (0.28 s of a first `lumos sql` or Dagster run)."""
+    code = f"""
+import sys
+from warehouse.catalog import build_catalog
+build_catalog({str(tmp_path / "wh")!r})
+print("pandas" in sys.modules)
+"""
+    out = _python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "False"
+    assert (tmp_path / "wh" / "events" / "_schema.parquet").is_file()

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import lumos_sql
-from warehouse.layout import SCHEMA_FILE, Layout, write_parquet_atomic
+from warehouse.layout import SCHEMA_FILE, Layout, empty_table, write_parquet_atomic
 from warehouse.manifest import commit_lock
 from warehouse.schema import TABLES
 
@@ -118,7 +118,7 @@ def _keep_schema(folder: Path, schema: pa.Schema) -> None:
             return
     except (OSError, pa.ArrowInvalid):
         pass  # missing, or not a Parquet file: written anew
-    write_parquet_atomic(schema.empty_table(), marker)
+    write_parquet_atomic(empty_table(schema), marker)
 
 
 def _literal(text: str) -> str:

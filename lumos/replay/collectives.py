@@ -39,7 +39,7 @@ import pyarrow as pa
 
 import lumos_sql
 from warehouse.catalog import job_events_view
-from warehouse.layout import SCHEMA_FILE, Layout, encode_job, write_parquet_atomic
+from warehouse.layout import SCHEMA_FILE, Layout, empty_table, encode_job, write_parquet_atomic
 from warehouse.schema import COLLECTIVES
 
 __all__ = [
@@ -469,7 +469,7 @@ def write_collectives(
     marker = target.parent.parent / SCHEMA_FILE
     new_table = not marker.exists()
     if new_table:
-        write_parquet_atomic(COLLECTIVES.empty_table(), marker)
+        write_parquet_atomic(empty_table(COLLECTIVES), marker)
     write_parquet_atomic(table, target)
     if new_table and catalog:  # the catalog's view reads a glob: needed once, not on every write
         from warehouse.catalog import build_catalog
