@@ -1,5 +1,5 @@
-"""Buffers reused from file to file (warehouse.readers.trace keeps the work buffer, span arrays and
-column scratch of a finished reading for the next one): a reading must not see anything of the
+"""Buffers reused from file to file (warehouse.readers.trace keeps the work buffer and span arrays
+of a finished reading for the next one): a reading must not see anything of the
 previous file, two readings interleaved in one thread must not share buffers, and the chunk size
 must stay what the caller asked for even when the reused buffer is bigger.
 

@@ -18,11 +18,8 @@ from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 import lumos_sql
-from warehouse.layout import SCHEMA_FILE, Layout, empty_table, write_parquet_atomic
+from warehouse.layout import SCHEMA_FILE, Layout, keep_schema_file
 from warehouse.manifest import commit_lock
 from warehouse.schema import TABLES
 
@@ -101,24 +98,10 @@ def views_fingerprint() -> str:
     for name in names:
         digest.update(lumos_sql.load(name).encode())
     # and the tables' schemas: a column added to one rebuilds the catalog, which writes the
-    # table's new `_schema.parquet` (`_keep_schema`)
+    # table's new `_schema.parquet` (`keep_schema_file`)
     for name in sorted(TABLES):
         digest.update(f"{name}\0{TABLES[name]}\0".encode())
     return digest.hexdigest()
-
-
-def _keep_schema(folder: Path, schema: pa.Schema) -> None:
-    """Keep `folder/_schema.parquet`, no rows and the table's current schema, beside a table's
-    files: the views read with `union_by_name`, so every column of the schema is there (null in
-    files written before it existed) and a query naming a new column works on a warehouse that
-    holds only older files."""
-    marker = folder / SCHEMA_FILE
-    try:
-        if pq.read_schema(marker).equals(schema, check_metadata=False):
-            return
-    except (OSError, pa.ArrowInvalid):
-        pass  # missing, or not a Parquet file: written anew
-    write_parquet_atomic(empty_table(schema), marker)
 
 
 def _literal(text: str) -> str:
@@ -143,11 +126,11 @@ def build_catalog(warehouse: str | os.PathLike[str]) -> Path:
             for view in VIEWS:
                 con.execute(lumos_sql.render(f"catalog/{view}", **slots))
             for directory, schema in layout.table_dirs().values():
-                _keep_schema(directory, schema)
+                keep_schema_file(directory, schema)
             derived = present_derived_views(layout)
             for name in derived:
                 if name in TABLES:
-                    _keep_schema(layout.root / name, TABLES[name])
+                    keep_schema_file(layout.root / name, TABLES[name])
                 glob = _literal(str(layout.root / name / "**" / "*.parquet"))
                 con.execute(_derived_view_sql(name, glob))
             con.execute(

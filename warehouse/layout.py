@@ -105,6 +105,20 @@ def empty_table(schema: pa.Schema) -> pa.Table:
     return pa.Table.from_batches([], schema=schema)
 
 
+def keep_schema_file(folder: Path, schema: pa.Schema) -> None:
+    """Keep `folder/_schema.parquet`, no rows and the table's current schema, beside a table's
+    files: the views read with `union_by_name`, so every column of the schema is there (null in
+    files written before it existed) and a query naming a new column works on a warehouse that
+    holds only older files."""
+    marker = folder / SCHEMA_FILE
+    try:
+        if pq.read_schema(marker).equals(schema, check_metadata=False):
+            return
+    except (OSError, pa.ArrowInvalid):
+        pass  # missing, or not a Parquet file: written anew
+    write_parquet_atomic(empty_table(schema), marker)
+
+
 def write_parquet_atomic(
     table: pa.Table, target: Path, compression: str = PARQUET_COMPRESSION
 ) -> None:

@@ -187,18 +187,6 @@ class Plan:
         return targets, guards
 
 
-class ColumnScratch:
-    """`convert`'s per-column valid counts, reused from chunk to chunk."""
-
-    def __init__(self) -> None:
-        self.valid = np.zeros(0, dtype=np.int64)
-
-    def take(self, n_cols: int) -> np.ndarray:
-        if self.valid.shape[0] != n_cols:
-            self.valid = np.zeros(n_cols, dtype=np.int64)
-        return self.valid
-
-
 class _PoolOut:
     """One chunk's int values, validity bitmaps, string offsets and string bytes, each one buffer
     of Arrow's pool (a column is a zero-copy slice of it), with numpy views for `convert` to fill.
@@ -235,7 +223,6 @@ def run(
     starts: np.ndarray,
     ends: np.ndarray,
     totals: np.ndarray,
-    scratch: ColumnScratch | None = None,
 ) -> tuple[dict[str, pa.Array], tuple[int, int, int]]:
     """Columns by name, and (row, field, code) of the first bad value (row -1: none)."""
     n = starts.shape[0]
@@ -246,7 +233,7 @@ def run(
         raise ValueError("a string column over 2 GiB within one chunk: use a smaller chunk_bytes")
     base = np.zeros(n_str + 1, dtype=np.int64)
     np.cumsum(bounds, out=base[1:])
-    valid = (scratch or ColumnScratch()).take(n_int + n_str)
+    valid = np.zeros(n_int + n_str, dtype=np.int64)  # valid rows per column, from convert
     out = _PoolOut(n_int, n_str, n, int(base[-1]))
     err = convert(
         buf,

@@ -21,7 +21,7 @@ from warehouse.errors import MalformedTrace
 from warehouse.readers import numbers as nb
 from warehouse.readers import strings as st
 from warehouse.readers.categories import EncodedCategories, encode_categories
-from warehouse.readers.columns import ColumnScratch, Plan
+from warehouse.readers.columns import Plan
 from warehouse.readers.columns import run as columns_run
 from warehouse.readers.walker import FIELD, KEYS
 from warehouse.schema import READER_EVENTS
@@ -100,13 +100,6 @@ def _plan() -> Plan:
 _PLAN = _plan()
 
 
-class Scratch:
-    """Work arrays of `decode_spans`, reused from chunk to chunk by one reader (not shared)."""
-
-    def __init__(self) -> None:
-        self.columns = ColumnScratch()
-
-
 def decode_spans(
     buf: np.ndarray,
     starts: np.ndarray,
@@ -114,14 +107,12 @@ def decode_spans(
     totals: np.ndarray,
     base: int,
     path: Path,
-    scratch: Scratch | None = None,
 ) -> tuple[pa.RecordBatch, EncodedCategories]:
     """Columns of events already validated and walked by `fused.scan`: `starts`/`ends` are the
     kept keys' spans in `buf`, one row per event; `base` = first event_idx. Also the chunk's
     encoded categories, for the reader's per-category accounting."""
-    scratch = scratch or Scratch()
     n_events = starts.shape[0]
-    columns, (row, field, code) = columns_run(_PLAN, buf, starts, ends, totals, scratch.columns)
+    columns, (row, field, code) = columns_run(_PLAN, buf, starts, ends, totals)
     if row >= 0:
         key = KEYS[field]
         text = bytes(buf[starts[row, field] : ends[row, field]]).decode("utf-8", "replace")

@@ -23,7 +23,7 @@ from warehouse.errors import MalformedTrace, NotKinetoTrace
 from warehouse.readers import fused
 from warehouse.readers import scanner as sc
 from warehouse.readers.categories import LEGACY_CATEGORIES, EncodedCategories
-from warehouse.readers.decode import Scratch, decode_spans, gc_paused
+from warehouse.readers.decode import decode_spans, gc_paused
 from warehouse.readers.sniff import (
     HOST_ET_KEYS,
     describe_array,
@@ -100,17 +100,17 @@ class KinetoTrace:
         step = (
             self.chunk_bytes if gz else max(1, min(self.chunk_bytes, self.path.stat().st_size + 1))
         )
-        work, scanner, scratch = _take_buffers(step)
+        work, scanner = _take_buffers(step)
         scanner.state[fused.S_ARRAY_FORM] = int(self.array_form)
         self._work = work  # the buffer in use (replaced when it grows), handed back at the end
         try:
-            yield from self._read(work, scanner, scratch, step, gz)
+            yield from self._read(work, scanner, step, gz)
         finally:
             if len(self._work) <= 2 * step + 2:  # not a buffer grown for a giant event
-                _give_back(self._work, scanner, scratch)
+                _give_back(self._work, scanner)
 
     def _read(
-        self, work: bytearray, scanner: fused.Scanner, scratch: Scratch, step: int, gz: bool
+        self, work: bytearray, scanner: fused.Scanner, step: int, gz: bool
     ) -> Iterator[pa.RecordBatch]:
         state, members = scanner.state, scanner.members
         n_data = 0  # bytes of text in work[1 : 1 + n_data]
@@ -158,7 +158,7 @@ class KinetoTrace:
                         starts, ends, totals = scanner.spans()
                         with gc_paused():
                             batch, cats = decode_spans(
-                                arr, starts, ends, totals, n_events, self.path, scratch
+                                arr, starts, ends, totals, n_events, self.path
                             )
                         n_events += batch.num_rows
                         self._account(batch, cats)
@@ -339,28 +339,28 @@ class KinetoTrace:
 
 
 # Work buffers of finished readings, for the next file read in this process: a fresh chunk
-# buffer, span arrays and column scratch cost their page faults and zeroing again on every file,
+# buffer and span arrays cost their page faults and zeroing again on every file,
 # which dominated the time of many small traces. At most _MAX_SPARE sets are kept.
-_SPARE: list[tuple[bytearray, fused.Scanner, Scratch]] = []
+_SPARE: list[tuple[bytearray, fused.Scanner]] = []
 _SPARE_LOCK = threading.Lock()
 _MAX_SPARE = 2
 
 
-def _take_buffers(step: int) -> tuple[bytearray, fused.Scanner, Scratch]:
-    """A work buffer of at least step + 2 bytes, a reset scanner and a scratch, reused if a
-    finished reading left ones big enough (never shared by two readings at once)."""
+def _take_buffers(step: int) -> tuple[bytearray, fused.Scanner]:
+    """A work buffer of at least step + 2 bytes and a reset scanner, reused if a finished
+    reading left ones big enough (never shared by two readings at once)."""
     with _SPARE_LOCK:
-        for k, (work, scanner, scratch) in enumerate(_SPARE):
+        for k, (work, scanner) in enumerate(_SPARE):
             if len(work) >= step + 2 and scanner.capacity >= max(1024, step // 256):
                 del _SPARE[k]
                 scanner.reset()
-                return work, scanner, scratch
-    return bytearray(step + 2), fused.Scanner(step), Scratch()
+                return work, scanner
+    return bytearray(step + 2), fused.Scanner(step)
 
 
-def _give_back(work: bytearray, scanner: fused.Scanner, scratch: Scratch) -> None:
+def _give_back(work: bytearray, scanner: fused.Scanner) -> None:
     with _SPARE_LOCK:
-        _SPARE.append((work, scanner, scratch))
+        _SPARE.append((work, scanner))
         # keep the biggest sets
         _SPARE.sort(key=lambda t: len(t[0]), reverse=True)
         del _SPARE[_MAX_SPARE:]
