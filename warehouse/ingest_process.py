@@ -40,7 +40,7 @@ def keep_freed_memory() -> bool:
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no mallopt, or no CDLL(None) (Windows)
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return all(
