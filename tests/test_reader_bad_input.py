@@ -326,3 +326,21 @@ def test_an_escaped_label_is_not_read_as_its_escape_digits(tmp_path: Path) -> No
     row = open_trace(p).read_all().to_pylist()[0]
     assert (row["pid"], row["pid_label"]) == (None, "7")
     assert (row["tid"], row["tid_label"]) == (3, "stream 3")
+
+
+def test_a_zero_filled_tail_is_named(real_text: str, tmp_path: Path) -> None:
+    # a crash or a full disk while the profiler wrote: the file's length, zeros for the rest
+    data = real_text.encode()
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(data[: len(data) // 2] + bytes(len(data) - len(data) // 2))
+    padded = tmp_path / "padded.json"
+    padded.write_bytes(data + bytes(4096))
+    for chunk_bytes in (32 << 20, 4096):
+        expect(MalformedTrace, cut, "cut short and zero-filled", chunk_bytes=chunk_bytes)
+        expect(MalformedTrace, padded, "zero bytes after the trace's end", chunk_bytes=chunk_bytes)
+    # other garbage keeps its own message
+    other = tmp_path / "other.json"
+    other.write_bytes(data[: len(data) // 2] + b"x" * 100)
+    with pytest.raises(MalformedTrace) as info:
+        read(other)
+    assert "zero" not in info.value.problem

@@ -42,6 +42,11 @@ from warehouse.readers.views import int_view, valid_mask
 _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _MTIA_CATS = ("mtia_ccp_events", "mtia_runtime")
 # A top-level member before traceEvents larger than this is not a Kineto trace's metadata.
+_ZERO_FILLED = (
+    "; zero bytes where the JSON goes on: the file looks cut short and zero-filled, as a crash "
+    "or a full disk leaves a trace being written"
+)
+_ZERO_PADDED = "; zero bytes after the trace's end: the file was padded past its JSON"
 _MAX_MEMBER_BYTES = 256 << 20
 
 
@@ -222,6 +227,17 @@ class KinetoTrace:
         return value if isinstance(value, str) else raw
 
     def _scan_error(self, rc: int, buf: bytes, pos: int, offset: int, n_events: int) -> None:
+        try:
+            self._raise_scan_error(rc, buf, pos, offset, n_events)
+        except MalformedTrace as exc:
+            # a machine that crashed or filled its disk while the profiler wrote leaves the
+            # file's length with zero bytes where the data never landed
+            if buf[pos : pos + 1] == b"\0":
+                hint = _ZERO_PADDED if rc == sc.E_TRAILING else _ZERO_FILLED
+                raise MalformedTrace(self.path, exc.problem + hint) from None
+            raise
+
+    def _raise_scan_error(self, rc: int, buf: bytes, pos: int, offset: int, n_events: int) -> None:
         at = offset + pos
         snippet = buf[pos : pos + 20].decode("utf-8", "replace")
         if offset == 0 and pos < 8 and wide_encoding(buf[:8]):
