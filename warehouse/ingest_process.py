@@ -29,7 +29,7 @@ def keep_freed_memory() -> bool:
     Every chunk's column buffers (numpy arrays of 0.1-4 MiB) are freed once their row group is
     written. By default glibc maps each of them afresh (its mmap threshold) or trims the heap
     under them, and the next chunk's kernels fault in new zeroed pages: on the 54 MB trace
-    ~9,000 faults per file, ~9 % of a warm ingest's CPU; on the 1 GB trace 0.25 s of system CPU.
+    ~9,000 faults per file, ~9 % of a warm ingest's CPU; on the 1 GB trace ~0.2 s of system CPU.
     Peak RSS is unchanged: the memory kept is what the peak already held.
 
     False (and nothing changed) off glibc, or when the user tunes malloc through the environment.

@@ -23,8 +23,8 @@ from warehouse.readers.strings import str_value
 # Columns are allocated from the C library's allocator, not Arrow's default (mimalloc), which
 # hands blocks of a chunk's size back to the OS when they are freed: every chunk then faulted in
 # fresh pages for the kernel to zero (perf on a 1 GB read: 7% in clear_page_erms). glibc keeps
-# freed blocks for the next chunk (all of them in an ingest process: ingest_process.keep_freed_memory).
-# The Parquet writer uses the same pool for its buffers.
+# freed blocks for the next chunk (all of them in an ingest process: `keep_freed_memory` in
+# warehouse/ingest_process.py). The Parquet writer uses the same pool for its buffers.
 POOL = pa.system_memory_pool()
 
 

@@ -41,12 +41,12 @@ from warehouse.readers.views import int_view, valid_mask
 # Categories of work that runs on an accelerator (normalised names).
 _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _MTIA_CATS = ("mtia_ccp_events", "mtia_runtime")
-# A top-level member before traceEvents larger than this is not a Kineto trace's metadata.
 _ZERO_FILLED = (
     "; zero bytes where the JSON goes on: the file looks cut short and zero-filled, as a crash "
     "or a full disk leaves a trace being written"
 )
 _ZERO_PADDED = "; zero bytes after the trace's end: the file was padded past its JSON"
+# A top-level member before traceEvents larger than this is not a Kineto trace's metadata.
 _MAX_MEMBER_BYTES = 256 << 20
 
 
