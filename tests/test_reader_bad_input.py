@@ -65,7 +65,12 @@ def test_truncated_gzip(examples: Path, tmp_path: Path) -> None:
     data = (examples / LARGER).read_bytes()
     p = tmp_path / "cut.json.gz"
     p.write_bytes(data[: len(data) // 2])
-    expect(MalformedTrace, p, "gzip")
+    msg = expect(MalformedTrace, p, "truncated gzip")
+    assert "zero" not in msg.split(": ", 1)[1]
+    # cut short and zero-filled to its length, as a crash or a full disk leaves it
+    p.write_bytes(data[: len(data) // 2] + bytes(len(data) - len(data) // 2))
+    expect(MalformedTrace, p, "truncated gzip", "zero-filled")
+    expect(MalformedTrace, p, "truncated gzip", "zero-filled", chunk_bytes=4096)
 
 
 def test_corrupt_gzip(examples: Path, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import zlib
 from collections.abc import Iterator
 from contextlib import closing
@@ -78,6 +79,24 @@ def open_stream(path: Path) -> BinaryIO:
     return open(path, "rb")
 
 
+def _truncated_gzip(path: Path) -> MalformedTrace:
+    """The error for a gzip stream without its end; a crash or a full disk while the profiler
+    wrote leaves the file's length with zero bytes where the data never landed, which is said."""
+    problem = "truncated gzip: the compressed stream ends before its end marker"
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+            tail = f.read()
+    except OSError:
+        tail = b""
+    if tail and not tail.strip(b"\0"):
+        problem += (
+            "; the file ends in zero bytes: it looks cut short and zero-filled, as a crash or a "
+            "full disk leaves a trace being written"
+        )
+    return MalformedTrace(path, problem)
+
+
 def read_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
     """Yield the decompressed content in chunks of `chunk_bytes` (the last may be shorter)."""
     gz = is_gzip(path)
@@ -86,9 +105,7 @@ def read_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
             try:
                 chunk = stream.read(chunk_bytes)
             except EOFError:
-                raise MalformedTrace(
-                    path, "truncated gzip: the compressed stream ends before its end marker"
-                ) from None
+                raise _truncated_gzip(path) from None
             except (OSError, zlib.error, ValueError) as err:
                 what = "corrupt gzip data" if gz else "read error"
                 raise MalformedTrace(path, f"{what}: {err}") from None
@@ -102,9 +119,7 @@ def fill(stream: BinaryIO, view: memoryview, path: Path, gz: bool) -> int:
     try:
         return stream.readinto(view) or 0
     except EOFError:
-        raise MalformedTrace(
-            path, "truncated gzip: the compressed stream ends before its end marker"
-        ) from None
+        raise _truncated_gzip(path) from None
     except (OSError, zlib.error, ValueError) as err:
         what = "corrupt gzip data" if gz else "read error"
         raise MalformedTrace(path, f"{what}: {err}") from None
