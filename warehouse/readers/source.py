@@ -79,9 +79,14 @@ def open_stream(path: Path) -> BinaryIO:
     return open(path, "rb")
 
 
+# A machine that crashed or filled its disk while the profiler wrote leaves the file's length
+# with zero bytes where the data never landed: said when a file breaks off into zeros.
+ZERO_FILLED = "cut short and zero-filled, as a crash or a full disk leaves a trace being written"
+
+
 def _truncated_gzip(path: Path) -> MalformedTrace:
-    """The error for a gzip stream without its end; a crash or a full disk while the profiler
-    wrote leaves the file's length with zero bytes where the data never landed, which is said."""
+    """The error for a gzip stream without its end (`ZERO_FILLED` added when the file ends in
+    zero bytes)."""
     problem = "truncated gzip: the compressed stream ends before its end marker"
     try:
         with open(path, "rb") as f:
@@ -90,10 +95,7 @@ def _truncated_gzip(path: Path) -> MalformedTrace:
     except OSError:
         tail = b""
     if tail and not tail.strip(b"\0"):
-        problem += (
-            "; the file ends in zero bytes: it looks cut short and zero-filled, as a crash or a "
-            "full disk leaves a trace being written"
-        )
+        problem += f"; the file ends in zero bytes: it looks {ZERO_FILLED}"
     return MalformedTrace(path, problem)
 
 

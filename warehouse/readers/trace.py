@@ -34,17 +34,21 @@ from warehouse.readers.sniff import (
     looks_binary,
     wide_encoding,
 )
-from warehouse.readers.source import HashedFile, decompressed, fill, is_gzip, read_head
+from warehouse.readers.source import (
+    ZERO_FILLED,
+    HashedFile,
+    decompressed,
+    fill,
+    is_gzip,
+    read_head,
+)
 from warehouse.readers.timespan import timed_span
 from warehouse.readers.views import int_view, valid_mask
 
 # Categories of work that runs on an accelerator (normalised names).
 _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _MTIA_CATS = ("mtia_ccp_events", "mtia_runtime")
-_ZERO_FILLED = (
-    "; zero bytes where the JSON goes on: the file looks cut short and zero-filled, as a crash "
-    "or a full disk leaves a trace being written"
-)
+_ZERO_FILLED = f"; zero bytes where the JSON goes on: the file looks {ZERO_FILLED}"
 _ZERO_PADDED = "; zero bytes after the trace's end: the file was padded past its JSON"
 # A top-level member before traceEvents larger than this is not a Kineto trace's metadata.
 _MAX_MEMBER_BYTES = 256 << 20
@@ -230,8 +234,6 @@ class KinetoTrace:
         try:
             self._raise_scan_error(rc, buf, pos, offset, n_events)
         except MalformedTrace as exc:
-            # a machine that crashed or filled its disk while the profiler wrote leaves the
-            # file's length with zero bytes where the data never landed
             if buf[pos : pos + 1] == b"\0":
                 hint = _ZERO_PADDED if rc == sc.E_TRAILING else _ZERO_FILLED
                 raise MalformedTrace(self.path, exc.problem + hint) from None
