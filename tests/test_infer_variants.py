@@ -85,7 +85,10 @@ def test_estimate_of_the_traced_configuration_is_the_traced_step(variants_wh, va
         tol = 0.05 + float(steps["spread"][0]) / measured / 2
     lo, hi = min(1.0, speed) - tol, max(1.0, speed) + tol
     assert lo < pred / measured < hi, (pred, measured, speed)
-    assert speed == 1.0 or any("new run's CPU work" in w for w in p.warnings), p.warnings
+    # a speed is explained unless it is within 0.1 % of 1 (WorkingSet.run_notes says nothing
+    # there: this test's runs, recorded at test time, can land as close as 1.0009)
+    said = any("new run's CPU work" in w for w in p.warnings)
+    assert said or abs(e.working_set.offset) < 1e-3, (speed, p.warnings)
 
 
 def test_a_compiled_step_is_refused_with_the_reason():
