@@ -30,12 +30,16 @@ import hashlib
 import json
 import math
 import os
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from lumos.estimate.gpu_step import GpuStep
 
 from lumos.estimate.comm import CommModel
 from lumos.estimate.compress import CompressedGraph, compress
@@ -56,6 +60,7 @@ from lumos.estimate.layers import (
 )
 from lumos.estimate.memory import MemoryEstimate, estimate_memory
 from lumos.estimate.op_fleet import OpTimes
+from lumos.estimate.profiler_cost import PROFILER_EVENT_NS
 from lumos.estimate.retime import (
     GEMM_ROLES,
     TOKEN_ROLES,
@@ -74,6 +79,7 @@ from lumos.estimate.transforms import (
     PHASES,
     EditedGraph,
     Structure,
+    TransformError,
     build,
     cls_dp_ar,
     cls_dp_early,
@@ -89,7 +95,11 @@ from lumos.estimate.working_set import WorkingSet
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 46
+CACHE_FORMAT = 47
+# the cache folder of a single-GPU base's step graph
+GPU_STEP_DIR = "gpu_step"
+# what the GPU graph edits keep as the base has it (they add no collectives yet)
+GPU_SAME_KEYS = ("dp", "pp", "tp", "zero_stage", "sequence_parallel", "vocab_parallel")
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -253,6 +263,7 @@ class Estimator:
         self.working_set = working_set or WorkingSet.from_dict(None)
         self.gaps = gaps or IdleGaps.from_dict(None)
         self._base_state = state_of(base)
+        self.gpu: GpuStep | None = None  # a single-GPU base's step graph (`gpu_estimate`)
         self._graphs: dict[Structure, EditedGraph] = {}
         self._compressed: dict[Structure, CompressedGraph] = {}
         # the roles the template has (interval and warnings look at these only)
@@ -340,9 +351,14 @@ class Estimator:
         ops = OpTimes.from_dict(c.get("ops"))
         ws = WorkingSet.from_dict(c.get("working_set"))
         gaps = IdleGaps.from_dict(c.get("gaps"))
-        return cls(
+        est = cls(
             tpl, base, comm, list(cached.get("warnings", [])), contention, gemms, ops, ws, gaps
         )
+        if (folder / GPU_STEP_DIR).is_dir():
+            from lumos.estimate.gpu_step import GpuStep
+
+            est.gpu = GpuStep.load(folder / GPU_STEP_DIR)
+        return est
 
     # --- per configuration arrays --------------------------------------------------------------
     def _coeffs(
@@ -653,9 +669,15 @@ class Estimator:
         from kernels.replay import replay_sweep
 
         speedups = speedups or [{}] * len(targets)
+        gpu = {
+            i: self._gpu_predict(cfg, breakdown=False)
+            for i, cfg in enumerate(targets)
+            if self._gpu_path(cfg, speedups[i])
+        }
         groups: dict[Structure, list[int]] = {}
         for i, cfg in enumerate(targets):
-            groups.setdefault(self.structure(cfg), []).append(i)
+            if i not in gpu:
+                groups.setdefault(self.structure(cfg), []).append(i)
         makespan = np.zeros(len(targets), np.int64)
         ratios: list[np.ndarray] = [np.ones(0)] * len(targets)
         beyond: list[list[str]] = [[]] * len(targets)
@@ -679,6 +701,9 @@ class Estimator:
                     ratios[i], beyond[i] = c[3], c[4]
         out = []
         for i, cfg in enumerate(targets):
+            if i in gpu:
+                out.append(gpu[i])
+                continue
             mem = _memory(cfg)
             pred = int(makespan[i])
             out.append(
@@ -698,6 +723,9 @@ class Estimator:
     def explain(self, cfg: ModelConfig, speedup: Mapping[str, float] | None = None) -> Prediction:
         """One prediction with its breakdown (time per phase on the stage that ends last)."""
         from lumos.estimate.chain import chain_replay
+
+        if self._gpu_path(cfg, speedup):
+            return self._gpu_predict(cfg)
 
         s = self.structure(cfg)
         eg = self.graph(s)
@@ -730,6 +758,60 @@ class Estimator:
             breakdown=breakdown,
             speedups=dict(speedup or {}),
             host_cores=self.contention.cores or None,
+        )
+
+    def _gpu_path(self, cfg: ModelConfig, speedup: Mapping[str, float] | None) -> bool:
+        """Whether `cfg` is predicted from the base's GPU step graph: a single-GPU base, no
+        speed-ups asked for, and the same parallel layout (the graph edits do not add
+        collectives yet)."""
+        if self.gpu is None or speedup:
+            return False
+        return all(getattr(cfg, k) == getattr(self.base, k) for k in GPU_SAME_KEYS)
+
+    def _gpu_predict(self, cfg: ModelConfig, *, breakdown: bool = True) -> Prediction:
+        """`cfg`'s step from the base's GPU step graph, edited and replayed (`gpu_estimate`)."""
+        from lumos.estimate.gpu_edit import EditError
+        from lumos.estimate.gpu_estimate import estimate_step
+
+        assert self.gpu is not None
+        try:
+            est = estimate_step(self.gpu, self.base, cfg)
+        except EditError as exc:
+            raise TransformError(str(exc)) from exc
+        pred = est.predicted_ns
+        lo, hi = self.spread
+        mem = _memory(cfg)
+        notes = [
+            f"GPU step graph of {self.gpu.job} edited and replayed: predicted without the "
+            f"profiler; the same graph with it {est.traced_ns / 1e6:.1f} ms (the profiler's "
+            f"share {100 * est.profiler_share:.0f}%, {PROFILER_EVENT_NS / 1e3:.1f} us per "
+            "recorded CPU event)"
+        ]
+        if cfg.recompute != self.base.recompute:
+            notes.append(
+                "recomputation is modelled as each layer's forward run again before its "
+                "backward; checkpointing's own bookkeeping (hooks that pack and unpack saved "
+                "tensors) is not, and adds CPU time"
+            )
+        parts = (
+            {
+                "gpu_work": est.gpu_work_ns,
+                "cpu_busy": est.cpu_busy_ns,
+                "traced_step": est.traced_ns,
+                "profiler": est.traced_ns - pred,
+            }
+            if breakdown
+            else None
+        )
+        return Prediction(
+            config=cfg,
+            predicted_ns=pred,
+            interval_ns=(int(pred * lo), int(pred * hi)),
+            memory_bytes=int(mem.memory_bytes),
+            fits=mem.fits,
+            warnings=notes,
+            breakdown=parts,
+            host_cores=None,
         )
 
     def target(self, overrides: Mapping[str, Any], where: str = "--set") -> ModelConfig:
@@ -857,6 +939,14 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
     sizes = shape_roles(inf.config)
     extract_template(wh, job, cache=False, sizes=sizes).save(template_path(wh.root, job))
     folder = template_dir(wh.root, job)
+    from lumos.estimate.gpu_step import GpuStepError, load_gpu_step
+
+    shutil.rmtree(folder / GPU_STEP_DIR, ignore_errors=True)
+    if inf.config.world_size == 1:
+        try:
+            load_gpu_step(wh, job).save(folder / GPU_STEP_DIR)
+        except GpuStepError:
+            pass  # a CPU trace, or no step to edit: the CPU template serves alone
     _write_json(
         folder / "base.json",
         {

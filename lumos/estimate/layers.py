@@ -534,6 +534,23 @@ def _infer_labels(rows: list[dict[str, Any]], job: str) -> tuple[list[dict[str, 
     return rows, how
 
 
+def label_step(
+    ref: list[dict[str, Any]], job: str, sizes: ShapeRoles | None = None
+) -> tuple[dict[str, list[int]], str]:
+    """Labels of one step's top-level ops (`template_tasks.sql` rows of one rank and step): per
+    row its `block`, `layer`, `mb`, `role` codes (-1 for rows the template leaves out:
+    collectives), and how the layers were found."""
+    how = "the trainer's annotations"
+    if all(r["fwd_mb"] is None for r in ref):
+        ref, how = _infer_labels(ref, job)
+    cut = _cut_step(ref, job, sizes)
+    out = {k: [-1] * len(ref) for k in ("block", "layer", "mb", "role")}
+    for j, i in enumerate(cut["i"]):
+        for k in out:
+            out[k][i] = int(cut[k][j])
+    return out, how
+
+
 def template_from_rows(
     job: str, rows: list[dict[str, Any]], sizes: ShapeRoles | None = None
 ) -> Template:

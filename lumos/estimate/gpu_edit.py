@@ -1,0 +1,335 @@
+"""Edit a GPU base step's graph for another layer count and number of micro-batches.
+
+The step is read as sections, in order: the head (before the first forward op), then per
+micro-batch its forward and its backward, then the optimizer and the tail. A forward or backward
+section is a prefix, one run of tasks per layer (ops between layers stay with the layer before
+them) and a suffix. The target's step is made of copies of those pieces:
+
+- layers: target layer j is a copy of base layer ``j * L // L'`` (L' > L repeats each base layer,
+  L' < L keeps every k-th); a backward section keeps the base's (reverse) layer order;
+- micro-batches: target micro-batch m copies base micro-batch ``min(m, M - 1)``, the last one the
+  base's last (its backward may end differently: a gradient synchronisation);
+- a GPU task goes wherever its launch call goes, right after it, so kernels, copies and memsets
+  are copied, removed and ordered with the operators that issue them.
+
+Edges: an edge between two tasks copied together is copied with them; an edge between pieces
+joins each copy of its destination to the latest copy of its source placed before it. The
+backward thread's return to the main thread (the edge from a backward section's last task) is
+re-made after every backward copy, so the next micro-batch's forward waits for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from lumos.estimate.gpu_step import BLOCK_BWD, BLOCK_FWD, GpuStep
+from lumos.estimate.layers import BLOCK
+
+__all__ = ["EditedStep", "edit_step", "layer_map"]
+
+_OPT = (BLOCK["opt"], BLOCK["tail"])
+
+
+class EditError(ValueError):
+    """The base step cannot be edited as asked (names the job and why)."""
+
+
+@dataclass
+class EditedStep:
+    """The target's tasks as copies of base tasks: ``base`` (base task id of each new task, in
+    new id order), ``copy`` (the piece instance it belongs to), ``tasks`` and ``deps`` tables
+    ready for `lumos.replay.build.build_graph`, and each new task's target ``layer`` (-1 for a task outside every layer, such as an op between
+    two layers that travels with the layer before it)."""
+
+    base: np.ndarray
+    copy: np.ndarray
+    layer: np.ndarray
+    tasks: pa.Table
+    deps: pa.Table
+
+
+def layer_map(base_layers: int, layers: int) -> list[int]:
+    """The base layer each target layer copies."""
+    return [j * base_layers // layers for j in range(layers)]
+
+
+def _sections(step: GpuStep) -> tuple[list[int], dict[tuple[str, int], list[int]], list[int]]:
+    """CPU tasks of the step split into head, per (f|b, micro-batch) and tail, each in task
+    order. A task outside forward and backward between micro-batches (the loop's bookkeeping)
+    goes with the next forward."""
+    gpu = step.is_gpu
+    cpu = np.flatnonzero(~gpu)
+    head: list[int] = []
+    tail: list[int] = []
+    sec: dict[tuple[str, int], list[int]] = {}
+    pending: list[int] = []
+    seen_fwd = False
+    for t in cpu:
+        b, m = int(step.block[t]), int(step.mb[t])
+        if b in BLOCK_FWD and m >= 0:
+            seen_fwd = True
+            sec.setdefault(("f", m), []).extend(pending)
+            pending = []
+            sec.setdefault(("f", m), []).append(int(t))
+        elif b in BLOCK_BWD and m >= 0:
+            sec.setdefault(("b", m), []).append(int(t))
+        elif b in _OPT:
+            tail.extend(pending)
+            pending = []
+            tail.append(int(t))
+        elif not seen_fwd:
+            head.append(int(t))
+        elif tail:
+            tail.append(int(t))
+        else:
+            pending.append(int(t))
+    tail = pending + tail if not tail else tail + pending
+    return head, sec, tail
+
+
+def _layer_runs(
+    tasks: list[int], layer: np.ndarray
+) -> tuple[list[int], list[list[int]], list[int], list[int]]:
+    """A section's prefix, its runs of one layer each (in section order), their base layers and
+    its suffix."""
+    lay = [int(layer[t]) for t in tasks]
+    first = next((i for i, x in enumerate(lay) if x >= 0), None)
+    if first is None:
+        return tasks, [], [], []
+    last = max(i for i, x in enumerate(lay) if x >= 0)
+    runs: list[list[int]] = []
+    ids: list[int] = []
+    for i in range(first, last + 1):
+        if lay[i] >= 0 and (not ids or lay[i] != ids[-1]):
+            runs.append([])
+            ids.append(lay[i])
+        runs[-1].append(tasks[i])
+    return tasks[:first], runs, ids, tasks[last + 1 :]
+
+
+def edit_step(
+    step: GpuStep,
+    layers: int,
+    micro_batches: int,
+    base_layers: int,
+    base_mbs: int,
+    *,
+    recompute: bool = False,
+    base_recompute: bool = False,
+) -> EditedStep:
+    """The target step's graph: `layers` per micro-batch, `micro_batches` forward+backward
+    passes, from a base of `base_layers` and `base_mbs`. `recompute` (full activation
+    checkpointing): each layer's forward runs again on the backward's thread right before
+    that layer's backward."""
+    if layers < 1 or micro_batches < 1:
+        raise EditError(f"{step.job}: layers and micro-batches must be >= 1")
+    if base_recompute and not recompute:
+        raise EditError(
+            f"{step.job}: the base recomputes activations; an estimate without recomputation "
+            "from it is not supported yet (trace a run without checkpointing as the base)"
+        )
+    recompute = recompute and not base_recompute
+    head, sec, tail = _sections(step)
+    mbs = sorted({m for _, m in sec})
+    if not mbs or ("b", mbs[0]) not in sec:
+        raise EditError(f"{step.job}: the base step has no forward and backward to repeat")
+    cpu_seq: list[int] = []
+    copy_of: list[int] = []
+    lay_of: list[int] = []
+    moved: list[int] = []  # per placed task: the thread it is moved to, -1 to stay
+    back_from: list[list[int]] = []  # the copies that make up each backward section
+    n_copy = 0
+
+    proc = np.asarray(step.tasks.column("proc").to_numpy(), np.int64)
+
+    def place(tasks: list[int], layer: int = -1, to_proc: int = -1) -> None:
+        nonlocal n_copy
+        cpu_seq.extend(tasks)
+        copy_of.extend([n_copy] * len(tasks))
+        lay_of.extend([layer if step.layer[t] >= 0 else -1 for t in tasks])
+        moved.extend([to_proc] * len(tasks))
+        n_copy += 1
+
+    def place_section(tasks: list[int], again: dict[int, list[int]] | None = None) -> list[int]:
+        first = n_copy
+        pre, runs, ids, post = _layer_runs(tasks, step.layer)
+        place(pre)
+        if runs:
+            by_layer = dict(zip(ids, runs, strict=True))
+            order = layer_map(base_layers, layers)
+            if len(ids) > 1 and ids[0] > ids[-1]:  # backward: last layer first
+                order = order[::-1]
+                targets = list(range(layers))[::-1]
+            else:
+                targets = list(range(layers))
+            for j, b in zip(targets, order, strict=True):
+                if b not in by_layer:
+                    raise EditError(f"{step.job}: base layer {b} has no tasks in a section")
+                if again is not None and b in again:
+                    place(again[b], j, int(proc[by_layer[b][0]]))
+                place(by_layer[b], j)
+        place(post)
+        return list(range(first, n_copy))
+
+    place(head)
+    for m in range(micro_batches):
+        src = mbs[-1] if m == micro_batches - 1 else mbs[min(m, len(mbs) - 1)]
+        fwd = sec.get(("f", src), [])
+        place_section(fwd)
+        again = None
+        if recompute:
+            _, runs, ids, _ = _layer_runs(fwd, step.layer)
+            again = dict(zip(ids, runs, strict=True))
+        back_from.append(place_section(sec.get(("b", src), []), again))
+    place(tail)
+    return _assemble(
+        step,
+        np.array(cpu_seq, np.int64),
+        np.array(copy_of, np.int64),
+        np.array(lay_of, np.int64),
+        np.array(moved, np.int64),
+        back_from,
+    )
+
+
+def _assemble(
+    step: GpuStep,
+    cpu_seq: np.ndarray,
+    copy_of: np.ndarray,
+    lay_of: np.ndarray,
+    moved: np.ndarray,
+    back_from: list[list[int]],
+) -> EditedStep:
+    gpu = step.is_gpu
+    launch = step.launch_src
+    # GPU tasks follow their launch call (several GPU tasks of one call keep their order)
+    kids: dict[int, list[int]] = {}
+    orphans: list[int] = []
+    for g in np.flatnonzero(gpu):
+        (kids.setdefault(int(launch[g]), []) if launch[g] >= 0 else orphans).append(int(g))
+    base, copy, lay, to_proc = [], [], [], []
+    rows = zip(cpu_seq.tolist(), copy_of.tolist(), lay_of.tolist(), moved.tolist(), strict=True)
+    for t, c, ly, mv in rows:
+        base.append(t)
+        copy.append(c)
+        lay.append(ly)
+        to_proc.append(mv)
+        for g in kids.get(t, ()):
+            base.append(g)
+            copy.append(c)
+            lay.append(ly)
+            to_proc.append(-1)
+    # a GPU task with no launch in the step (issued before it) stays once, first
+    base = orphans + base
+    copy = [-1] * len(orphans) + copy
+    lay = [-1] * len(orphans) + lay
+    to_proc = [-1] * len(orphans) + to_proc
+    base_a = np.array(base, np.int64)
+    copy_a = np.array(copy, np.int64)
+    n = base_a.shape[0]
+    # new ids must keep every stream's and thread's order: stable sort by processor is implied,
+    # since a processor's tasks appear in sequence order
+    t = step.tasks.take(pa.array(base_a))
+    # a recomputed forward runs on the backward's thread
+    mv = np.array(to_proc, np.int64)
+    proc = np.asarray(t.column("proc").to_numpy(), np.int64)
+    proc = np.where(mv >= 0, mv, proc)
+    tid_of = dict(
+        zip(
+            step.tasks.column("proc").to_pylist(), step.tasks.column("tid").to_pylist(), strict=True
+        )
+    )
+    t = _set(t, "proc", proc)
+    t = _set(
+        t,
+        "tid",
+        np.array([tid_of[p] if tid_of[p] is not None else -1 for p in proc.tolist()], np.int64),
+    )
+    deps = _edges(step, base_a, copy_a, back_from, cpu_seq, proc)
+    new_launch = _remap_launch(launch, base_a, copy_a)
+    t = _set(t, "task", np.arange(n, dtype=np.int64))
+    t = _set(t, "launch_src", new_launch)
+    return EditedStep(base_a, copy_a, np.array(lay, np.int64), t, deps)
+
+
+def _set(t: pa.Table, name: str, values: np.ndarray) -> pa.Table:
+    i = t.schema.get_field_index(name)
+    return t.set_column(i, t.schema.field(i), pa.array(values, t.schema.field(i).type))
+
+
+def _remap_launch(launch: np.ndarray, base: np.ndarray, copy: np.ndarray) -> np.ndarray:
+    pos = {(int(b), int(c)): i for i, (b, c) in enumerate(zip(base, copy, strict=True))}
+    out = np.full(base.shape[0], -1, np.int64)
+    for i, (b, c) in enumerate(zip(base.tolist(), copy.tolist(), strict=True)):
+        src = int(launch[b])
+        if src >= 0:
+            out[i] = pos.get((src, c), -1)
+    return out
+
+
+def _edges(
+    step: GpuStep,
+    base: np.ndarray,
+    copy: np.ndarray,
+    back_from: list[list[int]],
+    cpu_seq: np.ndarray,
+    new_proc: np.ndarray,
+) -> pa.Table:
+    d = step.deps
+    src = np.asarray(d.column("src").to_numpy(), np.int64)
+    dst = np.asarray(d.column("dst").to_numpy(), np.int64)
+    kind = d.column("kind").to_pylist()
+    # positions of every copy of each base task, in new order
+    order = np.argsort(base, kind="stable")
+    sb = base[order]
+    starts = np.searchsorted(sb, np.arange(step.n), "left")
+    ends = np.searchsorted(sb, np.arange(step.n), "right")
+    proc = np.asarray(step.tasks.column("proc").to_numpy(), np.int64)
+    main = int(proc[cpu_seq[0]]) if cpu_seq.size else -1
+    # the backward thread's return to the main thread: re-made after every backward copy
+    back_src = {
+        int(s)
+        for s, t, k in zip(src, dst, kind, strict=True)
+        if k == "thread" and proc[s] != main and proc[t] == main
+    }
+    out_s: list[int] = []
+    out_d: list[int] = []
+    out_k: list[str] = []
+    for s, t, k in zip(src.tolist(), dst.tolist(), kind, strict=True):
+        if k == "thread" and s in back_src:
+            continue
+        s_pos = order[starts[s] : ends[s]]
+        for p in order[starts[t] : ends[t]]:
+            same = s_pos[copy[s_pos] == copy[p]]
+            if same.size:
+                q = int(same[0])
+            else:
+                before = s_pos[s_pos < p]
+                if not before.size:
+                    continue
+                q = int(before.max())
+            out_s.append(q)
+            out_d.append(int(p))
+            out_k.append(k)
+    # each backward copy's last task off the main thread -> the next main-thread task after it
+    gpu = step.is_gpu[base]
+    for copies in back_from:
+        members = np.flatnonzero(np.isin(copy, copies) & ~gpu & (new_proc != main))
+        if not members.size:
+            continue
+        last = int(members.max())
+        nxt = np.flatnonzero((np.arange(base.shape[0]) > last) & (new_proc == main))
+        if nxt.size and new_proc[last] != main:
+            out_s.append(last)
+            out_d.append(int(nxt[0]))
+            out_k.append("thread")
+    return pa.table(
+        {
+            "src": pa.array(out_s, pa.int64()),
+            "dst": pa.array(out_d, pa.int64()),
+            "kind": pa.array(out_k, pa.string()),
+        }
+    )

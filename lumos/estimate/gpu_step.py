@@ -1,0 +1,318 @@
+"""The base of a GPU estimate: one traced step of the job's execution graph, labelled.
+
+The replay's graph (`tasks`, `deps`: CPU operator slices, runtime calls, kernels, copies, syncs,
+streams) is cut to the tasks of the job's traced steps (a GPU task belongs to its launch call's
+step). Every CPU task is labelled by the top-level operator it runs in, with the estimator's
+step structure (`layers.label_step`: block, layer, micro-batch and role of each top-level op, from
+the trainer's annotations or, without them, the repeating forward sequence and Kineto's
+forward/backward links); a GPU task takes its launch call's labels.
+
+Durations are per-position medians over the traced steps when they hold the same tasks (the
+profiler's cost is right-skewed: one step of three ran 79 ms against 62 and 68), else the median
+step's. Each CPU task also carries the number of profiler events recorded inside it
+(`n_events`), from which the profiler's cost is taken out (`profiler_cost`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+import lumos_sql
+from kernels.graph import Kind
+from lumos.estimate.layers import BLOCK, TemplateError, label_step
+from lumos.replay.constants import DeviceConstants
+
+__all__ = ["GpuStep", "GpuStepError", "load_gpu_step", "step_from_tables"]
+
+
+class GpuStepError(ValueError):
+    """The job's graph cannot serve as a GPU estimate's base (names the job and why)."""
+
+
+@dataclass
+class GpuStep:
+    """One representative traced step of a GPU job, as the base of graph edits.
+
+    ``tasks`` / ``deps``: the step's rows of the replay tables, task ids 0..n-1 in the step's
+    order, times relative to the step's first task. Arrays (length n): ``block`` (BLOCK code of
+    the task's top-level op, -1 when it runs in none), ``layer`` (-1 outside layers), ``mb``
+    (micro-batch, -1 outside), ``role`` (ROLE code), ``n_events`` (profiler events recorded in a
+    CPU task), ``dur_ns`` and ``gap_ns`` (medians over the steps). ``step_ns``: the traced steps.
+    """
+
+    job: str
+    rank: int
+    tasks: pa.Table
+    deps: pa.Table
+    constants: list[DeviceConstants]
+    block: np.ndarray
+    layer: np.ndarray
+    mb: np.ndarray
+    role: np.ndarray
+    n_events: np.ndarray
+    dur_ns: np.ndarray
+    gap_ns: np.ndarray
+    step_ns: np.ndarray
+    labelled_by: str = ""
+
+    @property
+    def n(self) -> int:
+        return self.tasks.num_rows
+
+    @property
+    def is_gpu(self) -> np.ndarray:
+        return np.asarray(self.tasks.column("is_gpu").to_numpy(zero_copy_only=False), bool)
+
+    @property
+    def kind(self) -> np.ndarray:
+        return _int(self.tasks, "kind", -1)
+
+    @property
+    def launch_src(self) -> np.ndarray:
+        return _int(self.tasks, "launch_src", -1)
+
+    _ARRAYS = ("block", "layer", "mb", "role", "n_events", "dur_ns", "gap_ns", "step_ns")
+
+    def save(self, folder: Path) -> None:
+        """Write the step to `folder` (Arrow IPC for the tables, npz for the arrays)."""
+        import pyarrow.feather as feather
+
+        folder.mkdir(parents=True, exist_ok=True)
+        feather.write_feather(self.tasks, folder / "tasks.arrow", compression="uncompressed")
+        feather.write_feather(self.deps, folder / "deps.arrow", compression="uncompressed")
+        np.savez(folder / "arrays.npz", **{k: getattr(self, k) for k in self._ARRAYS})
+        meta = {
+            "job": self.job,
+            "rank": self.rank,
+            "labelled_by": self.labelled_by,
+            "constants": [dataclasses.asdict(c) for c in self.constants],
+        }
+        (folder / "meta.json").write_text(json.dumps(meta))
+
+    @classmethod
+    def load(cls, folder: Path) -> GpuStep:
+        import pyarrow.feather as feather
+
+        meta = json.loads((folder / "meta.json").read_text())
+        with np.load(folder / "arrays.npz") as z:
+            arrays = {k: z[k] for k in cls._ARRAYS}
+        return cls(
+            job=meta["job"],
+            rank=int(meta["rank"]),
+            tasks=feather.read_table(folder / "tasks.arrow"),
+            deps=feather.read_table(folder / "deps.arrow"),
+            constants=[DeviceConstants(**c) for c in meta["constants"]],
+            labelled_by=meta["labelled_by"],
+            **arrays,
+        )
+
+    def gpu_work_ns(self) -> int:
+        """The step's GPU work: the durations of its kernels, copies and memsets."""
+        busy = self.is_gpu & (self.kind != int(Kind.GPU_WAIT))
+        return int(self.dur_ns[busy].sum())
+
+
+def _int(t: pa.Table, name: str, fill: int) -> np.ndarray:
+    return np.ascontiguousarray(t.column(name).fill_null(fill).to_numpy(), np.int64)
+
+
+def _step_slice(
+    tasks: pa.Table, deps: pa.Table, step_of: np.ndarray, step: int
+) -> tuple[pa.Table, pa.Table, np.ndarray]:
+    """The tasks of one step (renumbered 0..k-1, times from the step's first task), the edges
+    between them and the original ids."""
+    idx = np.flatnonzero(step_of == step)
+    remap = np.full(tasks.num_rows, -1, np.int64)
+    remap[idx] = np.arange(idx.size)
+    t = tasks.take(pa.array(idx))
+    src, dst = _int(deps, "src", -1), _int(deps, "dst", -1)
+    ok = (src >= 0) & (dst >= 0)
+    ok[ok] = (remap[src[ok]] >= 0) & (remap[dst[ok]] >= 0)
+    d = deps.filter(pa.array(ok))
+    d = d.set_column(d.schema.get_field_index("src"), "src", pa.array(remap[src[ok]]))
+    d = d.set_column(d.schema.get_field_index("dst"), "dst", pa.array(remap[dst[ok]]))
+    launch = _int(t, "launch_src", -1)
+    launch = np.where(launch >= 0, remap[np.maximum(launch, 0)], -1)
+    ts = _int(t, "ts_ns", 0)
+    t = _set(t, "task", np.arange(idx.size, dtype=np.int64))
+    t = _set(t, "launch_src", launch)
+    t = _set(t, "ts_ns", ts - (ts.min() if ts.size else 0))
+    return t, d, idx
+
+
+def _set(t: pa.Table, name: str, values: np.ndarray) -> pa.Table:
+    i = t.schema.get_field_index(name)
+    return t.set_column(i, t.schema.field(i), pa.array(values, t.schema.field(i).type))
+
+
+def _events_in(
+    tid: np.ndarray, start: np.ndarray, end: np.ndarray, ev_tid: np.ndarray, ev_ts: np.ndarray
+) -> np.ndarray:
+    """Per interval [start, end) on thread `tid`: the events of that thread starting inside."""
+    out = np.zeros(tid.shape[0], np.int64)
+    for u in np.unique(tid):
+        e = np.sort(ev_ts[ev_tid == u])
+        m = tid == u
+        out[m] = np.searchsorted(e, end[m], "left") - np.searchsorted(e, start[m], "left")
+    return out
+
+
+def _op_of(
+    tid: np.ndarray, ts: np.ndarray, op_tid: np.ndarray, op_ts: np.ndarray, op_end: np.ndarray
+) -> np.ndarray:
+    """Per task: the index of the top-level op of its thread it runs in; a task between ops
+    (a runtime call outside every op) takes the op before it; -1 before the thread's first op."""
+    out = np.full(tid.shape[0], -1, np.int64)
+    for u in np.unique(tid):
+        ops = np.flatnonzero(op_tid == u)
+        if ops.size == 0:
+            continue
+        order = ops[np.argsort(op_ts[ops], kind="stable")]
+        m = np.flatnonzero(tid == u)
+        at = np.searchsorted(op_ts[order], ts[m], "right") - 1
+        out[m] = np.where(at >= 0, order[np.maximum(at, 0)], -1)
+    return out
+
+
+def step_from_tables(
+    job: str,
+    tasks: pa.Table,
+    deps: pa.Table,
+    iterations: pa.Table,
+    constants: list[DeviceConstants],
+    op_rows: list[dict[str, Any]],
+    events: dict[str, np.ndarray],
+    *,
+    rank: int = 0,
+) -> GpuStep:
+    """Build the base step from one rank's replay tables (`tasks`, `deps`, `iterations`), its
+    top-level ops (`estimate/template_tasks.sql` rows) and its recorded CPU events (`tid`,
+    `ts_ns`: `estimate/cpu_event_times.sql`)."""
+    its = [r for r in iterations.to_pylist() if int(r["rank"]) == rank]
+    full = [r for r in its if not r["truncated"]] or its
+    if not full:
+        raise GpuStepError(f"{job}: rank {rank} has no traced step (ProfilerStep)")
+    step_of = _task_steps(tasks, its)
+    slices = [(r, *_step_slice(tasks, deps, step_of, int(r["step"]))) for r in full]
+    kinds = [tuple(s[1].column("kind").to_pylist()) for s in slices]
+    same = [s for s, k in zip(slices, kinds, strict=True) if k == kinds[-1]]
+    if len(same) < 2:
+        cpu = [int(r["cpu_step_ns"]) for r in full]
+        same = [slices[int(np.argsort(cpu)[len(cpu) // 2])]]
+    it, t, d, idx = same[-1]
+    if not np.any(t.column("is_gpu").to_numpy(zero_copy_only=False)):
+        raise GpuStepError(f"{job}: the traced step has no GPU task (a CPU trace)")
+    dur = np.median([_int(s[1], "model_dur_ns", 0) for s in same], axis=0)
+    gap = np.median([np.maximum(_int(s[1], "gap_ns", 0), 0) for s in same], axis=0)
+
+    # labels of the step's top-level ops
+    step_no = 1 + sorted(int(r["step"]) for r in its).index(int(it["step"]))
+    ref = [r for r in op_rows if int(r["rank"]) == rank and int(r["step_no"]) == step_no]
+    try:
+        lab, how = label_step(ref, job)
+    except TemplateError as e:
+        raise GpuStepError(str(e)) from e
+    s0 = int(it["cpu_start_ns"])
+    op_tid = np.array([int(r["tid"]) for r in ref], np.int64)
+    op_ts = np.array([s0 + int(r["rel_ns"]) for r in ref], np.int64)
+    op_end = op_ts + np.array([int(r["dur_ns"]) for r in ref], np.int64)
+
+    origin = _int(tasks, "origin_ns", 0)[idx] + _int(tasks, "ts_ns", 0)[idx]
+    gpu = np.asarray(t.column("is_gpu").to_numpy(zero_copy_only=False), bool)
+    tid = _int(t, "tid", -1)
+    op = _op_of(np.where(gpu, -1, tid), origin, op_tid, op_ts, op_end)
+    launch = _int(t, "launch_src", -1)
+    op = np.where(gpu & (launch >= 0), op[np.maximum(launch, 0)], op)
+    has = op >= 0
+    pick = np.maximum(op, 0)
+
+    def label(key: str) -> np.ndarray:
+        vals = np.array([lab[key][i] for i in range(len(ref))] or [0], np.int64)
+        return np.where(has, vals[pick], -1)
+
+    n_ev = np.zeros(t.num_rows, np.int64)
+    cpu = ~gpu
+    n_ev[cpu] = _events_in(
+        tid[cpu],
+        origin[cpu],
+        origin[cpu] + _int(t, "dur_ns", 0)[cpu],
+        events["tid"],
+        events["ts_ns"],
+    )
+    return GpuStep(
+        job=job,
+        rank=rank,
+        tasks=t,
+        deps=d,
+        constants=[c for c in constants if c.rank == rank],
+        block=label("block"),
+        layer=label("layer"),
+        mb=label("mb"),
+        role=label("role"),
+        n_events=n_ev,
+        dur_ns=np.rint(dur).astype(np.int64),
+        gap_ns=np.rint(gap).astype(np.int64),
+        step_ns=np.array([int(r["cpu_step_ns"]) for r in full], np.int64),
+        labelled_by=how,
+    )
+
+
+def _task_steps(tasks: pa.Table, its: list[dict[str, Any]]) -> np.ndarray:
+    """Step of every task (the rules of `explain/task_steps.sql`): a CPU task by its traced start
+    within [step start, next step start); a GPU task by its launch call's step."""
+    gpu = np.asarray(tasks.column("is_gpu").to_numpy(zero_copy_only=False), bool)
+    at = _int(tasks, "ts_ns", 0) + _int(tasks, "origin_ns", 0)
+    its = sorted(its, key=lambda r: int(r["cpu_start_ns"]))
+    start = np.array([int(r["cpu_start_ns"]) for r in its], np.int64)
+    stop = np.array([int(r["next_start_ns"] or r["cpu_end_ns"]) for r in its], np.int64)
+    k = np.searchsorted(start, at, "right") - 1
+    ok = (k >= 0) & (at < stop[np.maximum(k, 0)])
+    steps = np.array([int(r["step"]) for r in its], np.int64)
+    out = np.where(ok, steps[np.maximum(k, 0)], np.iinfo(np.int64).min)
+    launch = _int(tasks, "launch_src", -1)
+    out[gpu] = np.where(launch[gpu] >= 0, out[np.maximum(launch[gpu], 0)], np.iinfo(np.int64).min)
+    return out
+
+
+def load_gpu_step(wh: Any, job: str, *, rank: int = 0) -> GpuStep:
+    """The base step of `job` from the warehouse `wh` (a `lumos.api.Warehouse`): its graph is
+    rebuilt in memory from the job's events (nothing written)."""
+    import duckdb
+
+    from lumos.replay.run import replay_job
+    from warehouse.catalog import job_events_view
+
+    con = duckdb.connect(str(wh.catalog), read_only=True)
+    try:
+        jr = replay_job(con, job, modes=())
+        job_events_view(con, job)
+        cur = con.execute(lumos_sql.load("estimate/template_tasks"), {"job": job})
+        cols = [c[0] for c in cur.description]
+        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        ev = con.execute(lumos_sql.load("estimate/cpu_event_times"), {"rank": rank}).fetchnumpy()
+    finally:
+        con.close()
+    tasks = jr.tables["tasks"]
+    keep = pa.array(_int(tasks, "rank", -1) == rank)
+    d = jr.tables["deps"]
+    return step_from_tables(
+        job,
+        tasks.filter(keep),
+        d.filter(pa.array(_int(d, "rank", -1) == rank)),
+        jr.tables["iterations"],
+        jr.constants,
+        rows,
+        {"tid": np.asarray(ev["tid"], np.int64), "ts_ns": np.asarray(ev["ts_ns"], np.int64)},
+        rank=rank,
+    )
+
+
+BLOCK_FWD = (BLOCK["f_pre"], BLOCK["f_layer"], BLOCK["f_post"])
+BLOCK_BWD = (BLOCK["b_post"], BLOCK["b_layer"], BLOCK["b_pre"])

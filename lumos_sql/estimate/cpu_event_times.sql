@@ -1,0 +1,8 @@
+-- cpu_event_times: the start of every CPU event the profiler recorded on rank $rank of the job
+-- whose events `job_events` holds (operators, runtime and driver calls): the events inside a
+-- CPU task of the graph, each of which cost the traced run the profiler's per-event overhead
+-- (lumos/estimate/profiler_cost.py).
+SELECT tid, ts_ns
+FROM job_events
+WHERE rank = $rank AND ph = 'X' AND cat IN ('cpu_op', 'cuda_runtime', 'cuda_driver')
+ORDER BY tid, ts_ns;
