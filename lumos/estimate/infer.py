@@ -344,6 +344,79 @@ def _kv_heads(
     return width
 
 
+def _fused_qkv(
+    f: _Fields, att: Attention | None, gemms: list[Gemm], hidden: int | None, kv_width: int
+) -> None:
+    """Set `fused_qkv`: one GEMM hidden -> width + 2 K/V widths per attention call (GPT-NeoX's
+    query_key_value, Megatron's QKV), else separate Q, K and V projections."""
+    if not (att and hidden and gemms):
+        f.default("fused_qkv", False, "no attention op or GEMM shapes")
+        return
+    rk = min(att.count_by_rank)
+    calls = att.count_by_rank[rk]
+    width = att.local_heads * att.head_dim
+    fused = width + 2 * kv_width
+    n = sum(g.count for g in gemms if g.rank == rk and g.k == hidden and g.n == fused)
+    if calls and _near(n, calls):
+        f.set("fused_qkv", True, 0.7, f"QKV projection {hidden}→{fused}, {n} calls (one each)")
+    else:
+        f.set("fused_qkv", False, 0.6, f"no {hidden}→{fused} projection per attention call")
+
+
+def _autocast(f: _Fields, con) -> None:  # noqa: ANN001
+    """Set `autocast` from autocast's signature in the forward: a linear called on fp32 weights
+    around the linear that runs on their 2-byte copies (estimate/calls marks the outer one)."""
+    rows = con.execute(
+        "SELECT input_types, count(*) FROM x_calls WHERE is_outer AND NOT in_bwd"
+        " AND name = 'aten::linear' GROUP BY input_types"
+    ).fetchall()
+    fp32 = sum(int(n) for types, n in rows if _dims(types)[1:2] == ["float"])
+    low = (f.get("dtype_bytes") or 4) < 4
+    if low and fp32:
+        f.set(
+            "autocast",
+            True,
+            0.8,
+            f"{fp32} forward linears on fp32 weights around their {f.get('dtype_bytes')}-byte "
+            "copies: torch.autocast over fp32 weights",
+        )
+    else:
+        f.default("autocast", False, "no linear on fp32 weights around a low-precision one")
+
+
+# Norm operators that keep only their input (and statistics) for the backward.
+_FUSED_NORMS = (
+    "aten::layer_norm",
+    "aten::native_layer_norm",
+    "aten::rms_norm",
+    "aten::_fused_rms_norm",
+    "aten::group_norm",
+)
+
+
+def _norms(f: _Fields, con, job: str) -> None:  # noqa: ANN001
+    """Set `unfused_norm`: a norm written as elementwise ops (Hugging Face's RMSNorm: pow, mean,
+    rsqrt, mul) shows at least one `aten::rsqrt` per layer and forward, and no fused norm op."""
+    rows = dict(
+        con.execute(
+            "SELECT name, count(*) FROM job_events WHERE job = $job AND cat = 'cpu_op'"
+            " AND name IN ('aten::rsqrt', "
+            + ", ".join(f"'{n}'" for n in _FUSED_NORMS)
+            + ") GROUP BY name",
+            {"job": job},
+        ).fetchall()
+    )
+    fused = sum(int(rows.get(n, 0)) for n in _FUSED_NORMS)
+    rsqrt = int(rows.get("aten::rsqrt", 0))
+    passes = int(f.get("layers") or 1) * int(f.get("num_micro_batches") or 1)
+    if fused:
+        f.set("unfused_norm", False, 0.6, f"{fused} fused norm operator calls")
+    elif rsqrt >= passes:
+        f.set("unfused_norm", True, 0.6, f"{rsqrt} aten::rsqrt calls, no fused norm operator")
+    else:
+        f.default("unfused_norm", False, "no norm operator recognised")
+
+
 def _near(n: float, k: float) -> bool:
     """A GEMM's call count within a quarter of the count one per attention call implies."""
     return abs(n - k) <= 0.25 * k
@@ -637,6 +710,8 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
     else:
         f.default("heads", 1, "no attention op with input shapes")
     kv_width = _kv_heads(f, att, gemms, hidden, tp)
+    _fused_qkv(f, att, gemms, hidden, kv_width)
+    _autocast(f, con)
 
     # FFN: an up GEMM hidden -> F (or -> 2F fused gate+up) and a down GEMM F -> hidden.
     if hidden and gemms:
@@ -860,6 +935,8 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
     f.default(
         "vocab_parallel", False, "embedding and LM head replicated over TP ranks (Megatron splits)"
     )
+
+    _norms(f, con, job)
 
     # Recomputation: forward ops replayed inside the backward, checkpoint markers, or more
     # forward layer passes than micro-batches.

@@ -25,6 +25,41 @@ Model (a GPT decoder block: fused QKV with bias, attention-out, an MLP, two laye
   does. Scaled by dtype_bytes / 2 for other precisions. The LM head's logits for the loss add
   4·s·b·v on the last stage (/t with `vocab_parallel`).
 - micro-batches whose activations a stage holds: 1F1B up to min(pp − stage, m), GPipe all m.
+
+Under `autocast` (torch.autocast over fp32 weights, as a Hugging Face model trained with
+`torch.autocast(dtype=bfloat16)` and `torch.optim.AdamW` is) the figure is
+`torch.cuda.max_memory_allocated()`: the largest of the bytes alive at three moments of a step,
+with T = s·b tokens, P parameters, w = dtype_bytes (2) and every tensor counted by its dtype:
+
+- always: fp32 weights 4P and AdamW's fp32 moments 8P (the weights are the master copy: no extra
+  copy); fp32 gradients 4P, alive from the first micro-batch's backward to `zero_grad`
+  (set_to_none), so at a backward moment only when a previous micro-batch left them (m ≥ 2).
+- the loss's backward in the last micro-batch (the peak of every traced run): the layers' saved
+  activations; autocast's w-byte copies of the weights the GEMMs saved for their backward
+  (every linear's weight, LM head included, not the embedding nor the norms: w·P_cast; under full
+  recomputation only the LM head's, as the checkpointed forward saved none and autocast's cache is
+  cleared when the forward's autocast region ends); the final norm's saved tensors and the LM
+  head's w-byte input; and 12·T·v bytes of loss: the fp32 log-softmax output saved by the
+  forward (the fp32 upcast of the w-byte logits is freed by then, and so are the logits the
+  loop drops with the model's output), the fp32 gradient nll_loss's backward writes into a
+  [T, v] zero tensor, and log-softmax's backward's fp32 result.
+- full recomputation, the last block's backward: every block's input 4·T·h plus one block
+  recomputed, with its weight copies.
+- the optimizer step (foreach AdamW): gradients 4P and `_foreach_sqrt`'s temporary of the second
+  moments, 4P: 20P in all.
+
+Saved activations of one block under autocast (bytes; the residual stream stays fp32 because the
+embedding and the norms run in fp32, every linear casts its input to w bytes itself and saves that
+copy): each of the two norms keeps its fp32 input (4·T·h), an `unfused_norm` its fp32 normalised
+output too (4·T·h); the attention's projections keep their w-byte inputs, separate Q, K and V one
+copy each (3·w·T·h), a `fused_qkv` one copy and its whole output (w·T·(h + 2·kv)), which the q/k/v
+views passed to attention keep alive; attention keeps q and k as fresh w-byte casts (rotary
+embeddings run in fp32: w·T·(h + kv)), v (separate projections: w·T·kv) and its output (w·T·h),
+the output projection reading that output; without a fused kernel the scores too (5·a·s·s·b,
+Korthikanti's term). The MLP keeps its up projections' w-byte inputs (one each: gate and up when
+gated) and its w-byte intermediates: gated, the gate's output, its activation, the up output and
+the product (4·w·T·f); else the up output and its activation (2·w·T·f). kv = kv_heads·head_dim.
+Tensor parallelism divides all but the norms' tensors by t (the norms too with sequence parallel).
 """
 
 from __future__ import annotations
@@ -37,6 +72,8 @@ from lumos.estimate.config import ModelConfig
 __all__ = [
     "MemoryEstimate",
     "StageMemory",
+    "autocast_layer_activation_bytes",
+    "cast_params_per_layer",
     "embedding_params",
     "estimate_memory",
     "head_params",
@@ -128,6 +165,74 @@ def layer_activation_bytes(cfg: ModelConfig) -> int:
     return int(round(per * cfg.dtype_bytes / 2))
 
 
+def autocast_layer_activation_bytes(cfg: ModelConfig) -> int:
+    """Saved activation bytes of one block for one micro-batch under `autocast` (see the module
+    docstring), on one tensor-parallel rank, without recomputation."""
+    s, b, h, t, w = cfg.seq, cfg.micro_batch, cfg.hidden, cfg.tp, cfg.dtype_bytes
+    tok, f = s * b, cfg.ffn_size
+    kv = cfg.kv_heads_n * cfg.head_dim
+    norms = 2 * (4 + (4 if cfg.unfused_norm else 0)) * tok * h
+    if cfg.fused_qkv:
+        proj = w * tok * h + w * tok * (h + 2 * kv)
+        v = 0  # a view of the fused output
+    else:
+        proj = 3 * w * tok * h
+        v = w * tok * kv
+    attn = proj + w * tok * (h + kv) + v + w * tok * h
+    if not (cfg.flash_attention or cfg.recompute == "selective"):
+        attn += 5 * cfg.heads * s * s * b
+    if cfg.gated_mlp:
+        mlp = 2 * w * tok * h + 4 * w * tok * f
+    else:
+        mlp = w * tok * h + 2 * w * tok * f
+    return norms // (t if cfg.sequence_parallel else 1) + (attn + mlp) // t
+
+
+def cast_params_per_layer(cfg: ModelConfig, tp: int = 1) -> int:
+    """Parameters of one block that autocast copies to the compute type: all but the norms'."""
+    return params_per_layer(cfg, tp) - 4 * cfg.hidden
+
+
+def _autocast_stage(
+    cfg: ModelConfig, stage: int, n_layers: int, params: int, held: int
+) -> tuple[int, int, int, int]:
+    """(param, grad, optimizer, activation) bytes of one stage's rank under `autocast`, at the
+    moment of its step where their sum is largest (module docstring)."""
+    t, dp, z = cfg.tp, cfg.dp, cfg.zero_stage
+    last = stage == cfg.pp - 1
+    tok, h = cfg.seq * cfg.micro_batch, cfg.hidden
+    w = cfg.dtype_bytes
+    weights = 4 * params // (dp if z >= 3 else 1)
+    grads = 4 * params // (dp if z >= 2 else 1)
+    moments = 8 * params // (dp if z >= 1 else 1)
+    # gradients alive during a backward: left by an earlier micro-batch
+    grads_bwd = grads if cfg.num_micro_batches > 1 else 0
+    head_cast = _vocab_rows(cfg, t) * h if last and cfg.vocab else 0
+    layer_cast = n_layers * cast_params_per_layer(cfg, t)
+    full = autocast_layer_activation_bytes(cfg.replace(recompute="none"))
+    norm_in = 4 * tok * h // (t if cfg.sequence_parallel else 1)
+    moments_list = []
+    # 1. the loss's backward (or, on a stage without the head, the start of its backward)
+    if cfg.recompute == "full":
+        saved = n_layers * norm_in * held
+        copies = head_cast
+    else:
+        saved = n_layers * autocast_layer_activation_bytes(cfg) * held
+        copies = layer_cast + head_cast
+    if last and cfg.vocab:
+        saved += norm_in * (2 if cfg.unfused_norm else 1) + w * tok * h
+        saved += 12 * tok * _vocab_rows(cfg, t)
+    moments_list.append((weights + w * copies, grads_bwd, moments, saved))
+    # 2. full recomputation: the last block's backward, rebuilt with its weight copies
+    if cfg.recompute == "full" and n_layers:
+        rebuilt = n_layers * norm_in * held + full
+        copy = w * (cast_params_per_layer(cfg, t) + head_cast)
+        moments_list.append((weights + copy, grads_bwd, moments, rebuilt))
+    # 3. the optimizer step: foreach AdamW's temporary of sqrt(second moments)
+    moments_list.append((weights, grads, moments + 4 * params // (dp if z >= 1 else 1), 0))
+    return max(moments_list, key=sum)
+
+
 @dataclass(frozen=True)
 class StageMemory:
     stage: int
@@ -208,6 +313,10 @@ def estimate_memory(cfg: ModelConfig, device_memory: int | None = None) -> Memor
         if i == cfg.pp - 1:
             params += head_params(cfg, t)
         held = in_flight(cfg, i)
+        if cfg.autocast:
+            p_b, g_b, o_b, a_b = _autocast_stage(cfg, i, n_layers, params, held)
+            stages.append(StageMemory(i, n_layers, params, p_b, g_b, o_b, a_b, held))
+            continue
         act = n_layers * act_layer * held
         if cfg.recompute == "full":
             full = layer_activation_bytes(cfg.replace(recompute="none"))
@@ -226,12 +335,19 @@ def estimate_memory(cfg: ModelConfig, device_memory: int | None = None) -> Memor
                 micro_batches_held=held,
             )
         )
-    notes = [
-        "activations: Korthikanti et al. 2022, s·b·h·(34 + 5·a·s/h) per layer (2-byte, no TP), "
-        "MLP term generalised to 3 + 4·f/h",
-        f"optimizer: AdamW, {opt_per_param} bytes/parameter"
-        + (" (fp32 moments + master copy)" if mixed else " (fp32 moments)"),
-    ]
+    if cfg.autocast:
+        notes = [
+            "autocast over fp32 weights: fp32 weights, gradients and AdamW moments (16 bytes/"
+            "parameter), autocast's weight copies and the fp32 loss over the vocabulary; the "
+            "largest of the loss's backward, a recomputed block's backward and the optimizer step",
+        ]
+    else:
+        notes = [
+            "activations: Korthikanti et al. 2022, s·b·h·(34 + 5·a·s/h) per layer (2-byte, no TP), "
+            "MLP term generalised to 3 + 4·f/h",
+            f"optimizer: AdamW, {opt_per_param} bytes/parameter"
+            + (" (fp32 moments + master copy)" if mixed else " (fp32 moments)"),
+        ]
     if cfg.vocab == 0:
         notes.append("vocab unknown (0): embedding, LM head and logits not counted")
     dev = device_memory if device_memory is not None else cfg.device_memory
