@@ -1,0 +1,97 @@
+"""GPU estimates against the H100 corpus (../shared/traces/gpu_h100) and the naive FLOPs rule.
+
+    .venv/bin/python bench/estimate_gpu.py [--base llama_base] [--shared ../shared]
+
+Ingests the corpus into a temporary warehouse, opens the estimator of the base and predicts
+every configuration of the base's family. For each: the measured step without the profiler (the
+median of the three runs' medians, as the corpus README scores), lumos's estimate, and the naive
+rule (the base's measured step without the profiler scaled by the model FLOPs ratio: the rule
+field-notes §8 compares against, given the measurement a trace does not have), with their errors; then the mean
+and max |error| over the configurations other than the base, and the CPU time of one estimate
+and of a sweep over all of them on the warm estimator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+
+def _truth(run: Path) -> tuple[float, dict]:
+    m = json.loads((run / "measured.json").read_text())
+    runs = [m["wall_ms_unprofiled"], *m["wall_ms_unprofiled_other_runs"].values()]
+    return float(np.median([np.median(r) for r in runs])), m
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", default="llama_base")
+    ap.add_argument("--shared", default=str(Path(__file__).resolve().parents[2] / "shared"))
+    args = ap.parse_args()
+    from lumos.api import Warehouse
+    from lumos.estimate.estimator import Estimator
+    from lumos.estimate.throughput import model_flops_per_step
+
+    corpus = Path(args.shared) / "traces" / "gpu_h100"
+    with tempfile.TemporaryDirectory() as tmp:
+        wh = Warehouse.open(Path(tmp) / "wh", create=True)
+        wh.ingest([corpus])
+        job = f"gpu_h100/{args.base}"
+        est = Estimator.open(wh.root, job)
+        base = est.base
+        traced_base = float(np.median(est.gpu.step_ns)) / 1e6 if est.gpu else float("nan")
+        family = args.base.split("_")[0]
+        rows, targets = [], []
+        base_truth, _ = _truth(corpus / args.base)
+        for run in sorted(p for p in corpus.iterdir() if p.name.startswith(family + "_")):
+            truth, m = _truth(run)
+            cfg = replace(
+                base,
+                layers=m["layers"],
+                hidden=m["hidden"],
+                ffn=m["ffn"],
+                heads=m["heads"],
+                kv_heads=m.get("kv", m["heads"]),
+                seq=m["seq"],
+                micro_batch=m["batch"],
+                num_micro_batches=m["mbs"],
+                recompute="full" if m["recompute"] else "none",
+            )
+            targets.append(cfg)
+            t0 = time.process_time()
+            pred = est.explain(cfg).predicted_ns / 1e6
+            cpu = time.process_time() - t0
+            naive = base_truth * model_flops_per_step(cfg) / model_flops_per_step(base)
+            rows.append((run.name, truth, pred, naive, cpu))
+        t0 = time.process_time()
+        est.predict(targets * 10)
+        sweep_cpu = time.process_time() - t0
+    print(f"base {args.base}: traced step {traced_base:.1f} ms (median of the traced steps)")
+    print(f"{'run':<18} {'measured':>9} {'lumos':>9} {'err':>7} {'naive':>9} {'err':>7}")
+    errs, naive_errs = [], []
+    for name, truth, pred, naive, _ in rows:
+        e, n = pred / truth - 1, naive / truth - 1
+        if name != args.base:
+            errs.append(abs(e))
+            naive_errs.append(abs(n))
+        print(f"{name:<18} {truth:9.1f} {pred:9.1f} {e:+7.1%} {naive:9.1f} {n:+7.1%}")
+    print(
+        f"others: lumos mean |err| {np.mean(errs):.1%} max {np.max(errs):.1%}; "
+        f"naive mean {np.mean(naive_errs):.1%} max {np.max(naive_errs):.1%}"
+    )
+    print(
+        f"one estimate (warm): median {statistics.median(r[4] for r in rows) * 1e3:.0f} ms CPU; "
+        f"sweep of {len(targets) * 10} configurations: "
+        f"{len(targets) * 10 / sweep_cpu:.0f} configurations per CPU-second"
+    )
+
+
+if __name__ == "__main__":
+    main()
