@@ -10,7 +10,8 @@ Steps, in order (later issues append replay and estimation steps to `STEPS`):
 5. `replay`     replayed vs measured iteration times per job, rank and metric;
 6. `sweep`      each bundled grid file (`examples/grids/<job>.yaml`) whose job was ingested, swept
                 through the functions `lumos sweep` uses into the `estimates` table; prints the
-                fastest configurations with their intervals, memory and fit.
+                best configurations (by tokens/s, as `lumos sweep`) with their intervals,
+                tokens/s, MFU, memory and fit.
 
 Re-running is cheap: every file is already in the warehouse (same content hash), so the ingest
 steps skip them. The runs appear in `dagster dev` started with the same `DAGSTER_HOME`.
@@ -183,7 +184,8 @@ def step_replay(ctx: MainContext) -> None:
 
 
 def step_sweep(ctx: MainContext) -> None:
-    """Sweeps of the bundled grid files into the `estimates` table, fastest first."""
+    """Sweeps of the bundled grid files into the `estimates` table, the best first (as `lumos
+    sweep` ranks them: tokens per second unless the grid says `order:`; unfit last)."""
     import pandas as pd
 
     from pipelines.sweep_grids import grid_files, job_of, sweep_grid_file
@@ -199,7 +201,8 @@ def step_sweep(ctx: MainContext) -> None:
         ctx.say(
             f"{path.name}: job {sweep.job!r}, sweep {sweep.sweep_id}: {sweep.n_points} grid points, "
             f"{sweep.n_constrained} removed by constraints, {sweep.n_invalid} invalid, "
-            f"{len(sweep.rows)} estimated in {sweep.seconds:.2f} s; the {TOP} fastest:"
+            f"{len(sweep.rows)} estimated in {sweep.seconds:.2f} s; the {TOP} best by "
+            f"{sweep.ranking}:"
         )
         with pd.option_context("display.width", 140, "display.max_columns", 20):
             ctx.say(sweep.best(TOP).to_string(index=False))

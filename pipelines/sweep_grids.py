@@ -1,9 +1,10 @@
 """Run grid files of sweeps against the warehouse: the work shared by the `grid_sweeps` asset and
 the main job's `sweep` step (no Dagster here).
 
-A grid file is exactly what `lumos sweep --grid` reads (`base:`, `grid:`, `constraints:`; the
-parser refuses any other top-level key), so the job it sweeps is its file name: `<job>.yaml`
-sweeps the warehouse job `<job>`. Each file goes through the functions `lumos sweep` calls
+A grid file is exactly what `lumos sweep --grid` reads (`base:`, `grid:`, `constraints:`,
+`host_cores:`, `order:`; the parser refuses any other top-level key), so the job it sweeps is its
+file name: `<job>.yaml` sweeps the warehouse job `<job>`; its best are ranked as `lumos sweep`
+ranks them (`order:`, tokens per second by default; those that do not fit last). Each file goes through the functions `lumos sweep` calls
 (`load_grid`, `Estimator.open`, `run_sweep`, `write_estimates`); every failure raises
 `SweepFileError` naming the file.
 """
@@ -34,15 +35,36 @@ class GridSweep:
     seconds: float
     keys: list[str]  # the grid's axes, in file order
     rows: Any  # pandas DataFrame: the `estimates` rows written (schema ESTIMATES)
+    order: str | None = None  # the grid's `order:`; None: lumos sweep's default
+
+    @property
+    def ranking(self) -> str:
+        """The order the best are ranked by (parse_order's form)."""
+        from lumos.estimate.sweep import DEFAULT_ORDER
+
+        return self.order or DEFAULT_ORDER
+
+    def best_row(self) -> dict[str, Any]:
+        """The best configuration's `estimates` row."""
+        from lumos.estimate.sweep import rank_rows
+
+        records = self.rows.to_dict("records")
+        return records[rank_rows(records, self.ranking)[0]]
 
     def best(self, top: int = 5) -> Any:
-        """The `top` fastest configurations: the swept keys, predicted ms, interval, memory, fits."""
-        df = self.rows.sort_values("predicted_ns", kind="stable").head(top)
+        """The `top` best configurations as `lumos sweep` ranks them (`rank_rows`: those that fit
+        first, by the grid's order, tokens per second by default): the swept keys, predicted ms,
+        interval, tokens per second, MFU, memory, fits."""
+        from lumos.estimate.sweep import rank_rows
+
+        df = self.rows.iloc[rank_rows(self.rows.to_dict("records"), self.ranking)[:top]]
         keys = [k for k in self.keys if k in df.columns]
         out = df[keys].copy()
         out["predicted_ms"] = (df["predicted_ns"] / 1e6).round(3)
         out["low_ms"] = (df["interval_low_ns"] / 1e6).round(3)
         out["high_ms"] = (df["interval_high_ns"] / 1e6).round(3)
+        out["tokens_per_s"] = df["tokens_per_s"].round(1)
+        out["mfu"] = df["mfu"].round(4)
         out["memory_mib"] = (df["memory_bytes"] / 2**20).round(1)
         out["fits"] = df["fits"]
         return out.reset_index(drop=True)
@@ -73,6 +95,7 @@ def sweep_grid_file(warehouse: Path, path: Path, write: bool = True) -> GridSwee
     from lumos.estimate.layers import TemplateError
     from lumos.estimate.store import estimates_table, write_estimates
     from lumos.estimate.sweep import GridError, load_grid, run_sweep
+    from lumos.estimate.throughput import job_device
     from lumos.estimate.transforms import TransformError
 
     path = Path(path)
@@ -83,6 +106,7 @@ def sweep_grid_file(warehouse: Path, path: Path, write: bool = True) -> GridSwee
             warehouse, job, host_cores=grid.host_cores, host_cores_from="the grid file's host_cores"
         )
         res = run_sweep(est, grid, job)
+        device = job_device(warehouse, job)
     except GridError as exc:  # already names the file
         raise SweepFileError(str(exc)) from None
     except (ConfigError, TemplateError, TransformError, LookupError) as exc:
@@ -93,8 +117,10 @@ def sweep_grid_file(warehouse: Path, path: Path, write: bool = True) -> GridSwee
             f"{res.n_constrained} removed by constraints, {len(res.invalid)} invalid)"
         )
     if write:
-        write_estimates(Warehouse.open(warehouse), res.sweep_id, job, res.predictions)
-    rows = estimates_table(res.sweep_id, job, res.predictions).to_pandas()
+        write_estimates(
+            Warehouse.open(warehouse), res.sweep_id, job, res.predictions, device=device
+        )
+    rows = estimates_table(res.sweep_id, job, res.predictions, device=device).to_pandas()
     return GridSweep(
         path=path,
         job=job,
@@ -105,4 +131,5 @@ def sweep_grid_file(warehouse: Path, path: Path, write: bool = True) -> GridSwee
         seconds=res.seconds,
         keys=list(grid.axes),
         rows=rows,
+        order=grid.order,
     )

@@ -304,6 +304,7 @@ def test_main_job_end_to_end_then_a_fast_no_op(tmp_path: Path, inbox: Path) -> N
     assert (sweep["predicted_ns"] <= sweep["interval_high_ns"]).all()
     text = out.getvalue()
     assert "gpt_cpu.yaml: job 'gpt_cpu'" in text and "predicted_ms" in text and "high_ms" in text
+    assert "best by -tokens_per_s" in text and "tokens_per_s" in text and "mfu" in text
 
     second = run_main(**paths, out=io.StringIO())
     assert all(o.metadata["files_ingested"] == 0 for o in second.outcomes)
@@ -360,11 +361,18 @@ def test_sweep_asset_runs_every_grid_file_and_names_a_bad_one(
     assert meta["best_job"] == "gpt_cpu"
     assert meta["seconds"] > 0
     stored = Warehouse.open(warehouse_dir).sql(
-        "select layers, dp, pp, predicted_ns from estimates where job = 'gpt_cpu' "
-        "order by predicted_ns"
+        "select layers, dp, pp, predicted_ns, tokens_per_s, mfu, fits from estimates "
+        "where job = 'gpt_cpu' order by tokens_per_s desc"
     )
-    assert len(stored) == 6
-    assert meta["best_predicted_ms"] == round(stored["predicted_ns"].iloc[0] / 1e6, 3)
+    assert len(stored) == 6 and stored["fits"].isna().all() and stored["mfu"].isna().all()
+    # the best is lumos sweep's: by tokens per second (the global batch over the step), which
+    # is not the shortest step here (dp 2 does twice the tokens in less than twice the time)
+    top = stored.iloc[0]
+    assert meta["order"] == "-tokens_per_s"
+    assert meta["best_tokens_per_s"] == round(top["tokens_per_s"], 1)
+    assert meta["best_predicted_ms"] == round(top["predicted_ns"] / 1e6, 3)
+    assert top["predicted_ns"] > stored["predicted_ns"].min() and int(top["dp"]) == 2
+    assert "tokens/s" in meta["best"] and "MFU unknown" in meta["best"]
     assert {(r.dp, r.pp) for r in stored.itertuples()} == {(1, 1), (1, 2), (2, 1)}
 
     # a bad grid file fails the run, naming the file, and nothing more is written

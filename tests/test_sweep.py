@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,9 @@ def test_grid_product_and_constraints(tmp_path):
         ("grid: {layers: [0, 4]}\n", "layers must be >= 1, got 0"),
         ("grid: {dtype_bytes: [2, 3]}\n", "dtype_bytes must be 1, 2, 4 or 8, got 3"),
         ("base: {layers: -1}\ngrid: {dp: [1]}\n", "base: layers must be >= 1, got -1"),
+        ("grid: {dp: [1]}\norder: speed\n", "order: unknown order 'speed'"),
+        ("grid: {dp: [1]}\norder: -layers\n", "order: unknown order '-layers'"),
+        ("grid: {dp: [1]}\norder: [predicted_ns]\n", "order: unknown order"),
     ],
 )
 def test_grid_errors_name_the_file_and_problem(tmp_path, text, message):
@@ -127,3 +132,217 @@ def test_compressed_sweep_equals_full_graphs_and_single_estimates(real_estimator
     for t in targets:
         cg = est.compressed(est.structure(t))
         assert cg.n_tasks < cg.run_of.size  # fewer runs than tasks
+
+
+# --- ranking by throughput (lumos.estimate.throughput; real data: the bundled gpt_cpu trace) ---
+
+GPT_CPU_GRID = "grid:\n  layers: [4, 8]\n  micro_batch: [1, 2]\n  dp: [1, 2]\n"
+_LINE = re.compile(
+    r"^\s+(?P<ms>[\d.]+) ms \[.*\]\s+(?P<tps>[\d,]+) tokens/s .* (?P<desc>layers=.*)$"
+)
+
+
+@pytest.fixture(scope="module")
+def gpt_cpu_wh(tmp_path_factory, examples) -> Path:
+    from warehouse.ingest import ingest
+
+    wh = tmp_path_factory.mktemp("gpt_cpu") / "wh"
+    ingest([examples / "gpt_cpu"], warehouse=wh, job="gpt_cpu")
+    return wh
+
+
+def _sweep(wh: Path, grid: Path, capsys, *extra: str) -> tuple[int, list[str], str]:
+    """Run `lumos sweep`: exit code, the printed configurations (their grid keys, best first)
+    and stderr."""
+    from lumos.cli import main
+
+    rc = main(["sweep", "--warehouse", str(wh), "--job", "gpt_cpu", "--grid", str(grid), *extra])
+    out, err = capsys.readouterr()
+    ranked = [
+        m["desc"].replace(" DOES NOT FIT", "") for m in map(_LINE.match, out.splitlines()) if m
+    ]
+    return rc, ranked, out + err
+
+
+def _desc(row: dict) -> str:
+    return f"layers={row['layers']} micro_batch={row['micro_batch']} dp={row['dp']}"
+
+
+def test_sweep_ranks_by_tokens_per_second(gpt_cpu_wh, tmp_path, capsys, examples):
+    """Default order: tokens per second, highest first (not the step time, which ranks the
+    least work first); the columns are in the `estimates` view, tokens/s is the global batch in
+    tokens over the step, and a CPU trace (fp32, no device) has no MFU."""
+    from lumos.api import Warehouse
+
+    grid = _grid(tmp_path, GPT_CPU_GRID)
+    rc, ranked, _ = _sweep(gpt_cpu_wh, grid, capsys, "--top", "8")
+    assert rc == 0 and len(ranked) == 8
+    df = Warehouse.open(gpt_cpu_wh).sql(
+        "SELECT layers, micro_batch, dp, predicted_ns, tokens_per_s, mfu, dtype_bytes "
+        "FROM estimates WHERE job = 'gpt_cpu' AND created_at = (SELECT max(created_at) FROM estimates)"
+    )
+    assert len(df) == 8
+    # the trace's own configuration (its measured.json): seq 32, 2 micro-batches
+    traced = json.loads((examples / "gpt_cpu" / "measured.json").read_text())["config"]
+    rows = df.to_dict("records")
+    for r in rows:
+        tokens = r["micro_batch"] * traced["num_micro_batches"] * r["dp"] * traced["seq"]
+        assert r["tokens_per_s"] == pytest.approx(tokens / (r["predicted_ns"] / 1e9), rel=1e-9)
+        assert r["dtype_bytes"] == 4 and r["mfu"] != r["mfu"]  # fp32 CPU run: null (NaN)
+        r["tokens"] = tokens
+    by_rate = [_desc(r) for r in sorted(rows, key=lambda r: -r["tokens"] / r["predicted_ns"])]
+    by_step = [_desc(r) for r in sorted(rows, key=lambda r: r["predicted_ns"])]
+    assert ranked == by_rate
+    assert ranked != by_step  # the old order would rank the least work first
+    # at equal tokens, 4 layers beat 8
+    for mb in (1, 2):
+        for dp in (1, 2):
+            assert ranked.index(f"layers=4 micro_batch={mb} dp={dp}") < ranked.index(
+                f"layers=8 micro_batch={mb} dp={dp}"
+            )
+
+
+def test_sweep_order_from_the_grid_and_the_flag(gpt_cpu_wh, tmp_path, capsys):
+    from lumos.api import Warehouse
+
+    grid = _grid(tmp_path, GPT_CPU_GRID + "order: predicted_ns\n")
+    rc, by_grid, out = _sweep(gpt_cpu_wh, grid, capsys, "--top", "8")
+    assert rc == 0 and "best 8 by predicted_ns (lowest first" in out
+    rows = (
+        Warehouse.open(gpt_cpu_wh)
+        .sql("SELECT * FROM estimates WHERE created_at = (SELECT max(created_at) FROM estimates)")
+        .to_dict("records")
+    )
+    assert by_grid == [_desc(r) for r in sorted(rows, key=lambda r: r["predicted_ns"])]
+    # --order wins over the grid's
+    rc, by_flag, out = _sweep(gpt_cpu_wh, grid, capsys, "--top", "8", "--order=-memory_bytes")
+    assert rc == 0 and "best 8 by memory_bytes (highest first" in out
+    rows = (
+        Warehouse.open(gpt_cpu_wh)
+        .sql("SELECT * FROM estimates WHERE created_at = (SELECT max(created_at) FROM estimates)")
+        .to_dict("records")
+    )
+    mem = {_desc(r): r["memory_bytes"] for r in rows}
+    assert [mem[d] for d in by_flag] == sorted(mem.values(), reverse=True)
+    assert by_flag != by_grid
+
+
+def test_sweep_refuses_a_bad_order(gpt_cpu_wh, tmp_path, capsys):
+    grid = _grid(tmp_path, GPT_CPU_GRID + "order: fastest\n")
+    rc, _, said = _sweep(gpt_cpu_wh, grid, capsys, "--no-write")
+    assert rc == 2 and f"{grid}: order: unknown order 'fastest'" in said
+    grid = _grid(tmp_path, GPT_CPU_GRID)
+    rc, _, said = _sweep(gpt_cpu_wh, grid, capsys, "--no-write", "--order", "throughput")
+    assert rc == 2 and "--order: unknown order 'throughput'" in said
+
+
+def test_sweep_ranks_unfit_configurations_last(gpt_cpu_wh, tmp_path, capsys):
+    """With a device too small for 8 layers, those configurations come after every 4-layer
+    one whatever their tokens per second (one of them has more than two 4-layer ones)."""
+    from lumos.api import Warehouse
+
+    grid = _grid(tmp_path, GPT_CPU_GRID)
+    assert _sweep(gpt_cpu_wh, grid, capsys, "--top", "8")[0] == 0
+    rows = (
+        Warehouse.open(gpt_cpu_wh)
+        .sql("SELECT * FROM estimates WHERE created_at = (SELECT max(created_at) FROM estimates)")
+        .to_dict("records")
+    )
+    small = max(r["memory_bytes"] for r in rows if r["layers"] == 4)
+    big = min(r["memory_bytes"] for r in rows if r["layers"] == 8)
+    assert small < big
+    best8 = max(r["tokens_per_s"] for r in rows if r["layers"] == 8)
+    assert sum(r["tokens_per_s"] < best8 for r in rows if r["layers"] == 4) >= 1
+    device = f"device_memory={(small + big) // 2}"
+    for order in ((), ("--order", "predicted_ns")):
+        rc, ranked, out = _sweep(gpt_cpu_wh, grid, capsys, "--top", "8", "--base", device, *order)
+        assert rc == 0 and len(ranked) == 8
+        assert [d.split()[0] for d in ranked] == ["layers=4"] * 4 + ["layers=8"] * 4
+        unfit = [line for line in out.splitlines() if "DOES NOT FIT" in line]
+        assert len(unfit) == 4 and all("layers=8" in line for line in unfit)
+    fits = Warehouse.open(gpt_cpu_wh).sql(
+        "SELECT layers, fits FROM estimates WHERE created_at = (SELECT max(created_at) FROM estimates)"
+    )
+    assert {(int(r.layers), bool(r.fits)) for r in fits.itertuples()} == {(4, True), (8, False)}
+
+
+def test_rank_rows_nulls_and_ties():
+    from lumos.estimate.sweep import rank_rows
+
+    rows = [
+        {"predicted_ns": 5, "tokens_per_s": 10.0, "mfu": None, "fits": None},
+        {"predicted_ns": 4, "tokens_per_s": 10.0, "mfu": 0.3, "fits": True},
+        {"predicted_ns": 1, "tokens_per_s": 99.0, "mfu": 0.9, "fits": False},
+        {"predicted_ns": 3, "tokens_per_s": 20.0, "mfu": float("nan"), "fits": float("nan")},
+    ]
+    assert rank_rows(rows) == [3, 1, 0, 2]  # tie at 10 tokens/s: the shorter step first
+    # no MFU after an MFU (those by step time), unfit last
+    assert rank_rows(rows, "-mfu") == [1, 3, 0, 2]
+    assert rank_rows(rows, "predicted_ns") == [3, 1, 0, 2]
+
+
+def test_mfu_formula_and_device_peaks():
+    """MFU of a GPT-3-like 6.7B configuration (MHA, ffn 4h: 12 L h^2 + V h matmul parameters)
+    against the closed form; recomputation is not model FLOPs; fp32 and unknown devices have
+    none."""
+    from lumos.estimate.config import ModelConfig
+    from lumos.estimate.throughput import Device, peak_flops_of, throughput
+
+    L, h, s, V = 32, 4096, 2048, 50257  # noqa: N806
+    cfg = ModelConfig(
+        layers=L, hidden=h, heads=32, seq=s, micro_batch=2, num_micro_batches=8, vocab=V,
+        dp=8, tp=2, pp=2, dtype_bytes=2,
+    )  # fmt: skip
+    tokens = 2 * 8 * 8 * s
+    flops = 6 * (12 * L * h * h + V * h) * tokens + 12 * L * h * s * tokens
+    h100 = Device.of_names(["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"])
+    assert h100.peak_flops == 989e12
+    tps, mfu = throughput(cfg, 900_000_000, h100)
+    assert tps == pytest.approx(tokens / 0.9)
+    assert mfu == pytest.approx(flops / (0.9 * 32 * 989e12), rel=1e-12)
+    assert 0.2 < mfu < 0.6  # a plausible MFU: the formula is of the right size
+    assert throughput(cfg.replace(recompute="full"), 900_000_000, h100) == (tps, mfu)
+    assert throughput(cfg.replace(dtype_bytes=4), 900_000_000, h100) == (tps, None)
+    assert throughput(cfg, 900_000_000, Device.of_names([None]))[1] is None
+    assert throughput(cfg, 900_000_000, None) == (tps, None)
+    peaks = {
+        "NVIDIA H100 PCIe": 756e12,
+        "NVIDIA H100 NVL": 835e12,
+        "NVIDIA H200": 989e12,
+        "NVIDIA A100-SXM4-80GB": 312e12,
+        "NVIDIA B200": 2250e12,
+        "AMD Instinct MI300X": 1307e12,
+        "Tesla V100-SXM2-32GB": 125e12,
+        "NVIDIA GB200": None,
+        "NVIDIA GeForce RTX 4090": None,
+    }
+    assert {n: peak_flops_of(n) for n in peaks} == peaks
+    mixed = Device.of_names(["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"])
+    assert mixed == Device("NVIDIA A100-SXM4-80GB", 312e12)  # the slower device sets the pace
+    assert Device.of_names(["NVIDIA H100 80GB HBM3", None]).peak_flops is None
+
+
+def test_job_device_from_the_trace_and_mfu_in_estimates(examples, warehouse_dir, gpt_cpu_wh):
+    """The peak comes from the trace's deviceProperties (the bundled A100 trace); the rows
+    written to `estimates` carry MFU against it for bf16 configurations."""
+    from lumos.estimate.estimator import Estimator
+    from lumos.estimate.store import estimates_table
+    from lumos.estimate.throughput import Device, job_device, model_flops_per_step
+    from warehouse.ingest import ingest
+
+    ingest([examples / "nccl_a100"], warehouse=warehouse_dir, job="nccl_a100")
+    a100 = job_device(warehouse_dir, "nccl_a100")
+    assert a100 == Device("NVIDIA A100-PG509-200", 312e12)
+    assert job_device(warehouse_dir, "nccl_a100") == a100  # cached (device.json)
+    assert job_device(gpt_cpu_wh, "gpt_cpu") == Device(None, None)  # a CPU run: no device
+    est = Estimator.open(gpt_cpu_wh, "gpt_cpu")
+    cfgs = [est.target({"dtype_bytes": 2}), est.target({"dtype_bytes": 2, "dp": 2})]
+    preds = est.predict(cfgs)
+    rows = estimates_table("s", "gpt_cpu", preds, device=a100).to_pylist()
+    for p, r in zip(preds, rows, strict=True):
+        seconds = p.predicted_ns / 1e9
+        flops = model_flops_per_step(p.config)
+        assert r["mfu"] == pytest.approx(flops / (seconds * p.config.world_size * 312e12))
+    none = estimates_table("s", "gpt_cpu", preds, device=None).to_pylist()
+    assert [r["mfu"] for r in none] == [None, None]
+    assert [r["tokens_per_s"] for r in none] == [r["tokens_per_s"] for r in rows]

@@ -482,6 +482,11 @@ ESTIMATES = pa.schema(
         pa.field("interval_high_ns", pa.int64(), nullable=False),
         pa.field("memory_bytes", pa.int64(), nullable=False),
         pa.field("fits", pa.bool_()),  # null when the device memory is unknown
+        # global tokens per step (micro_batch x num_micro_batches x dp x seq) / step seconds;
+        # model FLOPs utilisation against the device's dense bf16 peak (lumos.estimate.throughput:
+        # null for fp32/fp8 configurations and unknown devices); both null in rows saved before
+        pa.field("tokens_per_s", pa.float64()),
+        pa.field("mfu", pa.float64()),
         pa.field("warnings", pa.string(), nullable=False),  # JSON list
         pa.field("created_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]

@@ -1,5 +1,6 @@
 """`lumos estimate --job JOB --set key=value ...`: predict one configuration from a job's trace
-(iteration time with an interval and a breakdown, memory per rank, whether it fits, warnings)."""
+(iteration time with an interval and a breakdown, tokens per second and MFU, memory per rank,
+whether it fits, warnings)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     from lumos.estimate.config import ConfigError, parse_overrides
     from lumos.estimate.estimator import Estimator, split_speedups
     from lumos.estimate.layers import TemplateError
+    from lumos.estimate.throughput import job_device, mfu_note, throughput
     from lumos.estimate.transforms import TransformError
 
     try:
@@ -48,6 +50,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         target = est.target(keys, "--set")
         pred = est.explain(target, speed)
+        device = job_device(args.warehouse, args.job)
     except (ConfigError, TemplateError, TransformError, LookupError, FileNotFoundError) as exc:
         print(f"lumos estimate: {exc}", file=sys.stderr)
         return 2
@@ -57,15 +60,30 @@ def _run(args: argparse.Namespace) -> int:
         from lumos.api import Warehouse
         from lumos.estimate.store import write_estimates
 
-        write_estimates(Warehouse.open(args.warehouse), uuid.uuid4().hex[:12], args.job, [pred])
+        write_estimates(
+            Warehouse.open(args.warehouse), uuid.uuid4().hex[:12], args.job, [pred], device=device
+        )
+    tokens_per_s, mfu = throughput(pred.config, pred.predicted_ns, device)
     if args.json:
-        out = {"job": args.job, "base": est.base.to_dict(), **pred.to_dict()}
+        out = {
+            "job": args.job,
+            "base": est.base.to_dict(),
+            **pred.to_dict(),
+            "tokens_per_s": tokens_per_s,
+            "mfu": mfu,
+            "device": device.to_dict(),
+        }
         print(json.dumps(out, indent=2))
         return 0
     lo, hi = pred.interval_ns
     print(f"predicted {_ms(pred.predicted_ns)}  interval [{_ms(lo)}, {_ms(hi)}]")
     for k, v in (pred.breakdown or {}).items():
         print(f"  {k:<14} {v if k == 'critical_stage' else _ms(v)}")
+    if tokens_per_s is not None:
+        note = mfu_note(device, mfu is not None)
+        print(
+            f"throughput {tokens_per_s:,.0f} tokens/s  MFU {'' if mfu is None else f'{mfu:.1%} '}{note}"
+        )
     fits = {None: "unknown device memory", True: "fits", False: "DOES NOT FIT"}[pred.fits]
     print(f"memory per rank {pred.memory_bytes / 2**20:.1f} MiB: {fits}")
     for w in pred.warnings:

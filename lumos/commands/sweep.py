@@ -1,5 +1,7 @@
 """`lumos sweep --job JOB --grid FILE.yaml`: estimate every configuration of a grid (batched
-through the numba replay), write them to the `estimates` table and print the best ones."""
+through the numba replay), write them to the `estimates` table and print the best ones (by
+tokens per second unless the grid's `order:` or `--order` says otherwise; those that do not fit
+the device last)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="estimate a grid of configurations of a traced job into the `estimates` table",
         description="Grid file: `base:` (optional overrides of the inferred base), `grid:` "
         "(key: [values], their product is swept; keys as for `lumos estimate --set`, including "
-        "speedup.<class>), `constraints:` (optional expressions such as `dp * pp * tp == 8`). "
+        "speedup.<class>), `constraints:` (optional expressions such as `dp * pp * tp == 8`), "
+        "`order:` (optional, as --order). "
         "Exits 2 on a bad grid file, or when no point of the grid could be estimated.",
     )
     p.add_argument("--job", type=job_name, required=True, help="base job name in the warehouse")
@@ -27,7 +30,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--top",
         type=non_negative_int,
         default=10,
-        help="how many of the fastest to print (0: none)",
+        help="how many of the best to print (0: none)",
+    )
+    p.add_argument(
+        "--order",
+        metavar="COL",
+        help="rank the best by this column of `estimates` (tokens_per_s, mfu, predicted_ns, "
+        "interval_low_ns, interval_high_ns, memory_bytes), ascending, or descending with a "
+        "leading - (write --order=-COL) (default: the grid's order:, else -tokens_per_s); those "
+        "that do not fit the device come last either way",
     )
     p.add_argument("--no-write", action="store_true", help="do not write the estimates table")
     p.set_defaults(func=_run)
@@ -39,11 +50,21 @@ def _run(args: argparse.Namespace) -> int:
     from lumos.estimate.estimator import Estimator
     from lumos.estimate.layers import TemplateError
     from lumos.estimate.store import write_estimates
-    from lumos.estimate.sweep import GridError, load_grid, run_sweep
+    from lumos.estimate.sweep import (
+        DEFAULT_ORDER,
+        GridError,
+        load_grid,
+        parse_order,
+        rank_rows,
+        run_sweep,
+    )
+    from lumos.estimate.throughput import job_device, mfu_note, throughput
     from lumos.estimate.transforms import TransformError
 
     try:
+        order = parse_order(args.order, "--order") if args.order is not None else None
         grid = load_grid(args.grid)
+        order = order or grid.order or DEFAULT_ORDER
         est = Estimator.open(
             args.warehouse,
             args.job,
@@ -53,6 +74,7 @@ def _run(args: argparse.Namespace) -> int:
             host_cores_from="--host-cores" if args.host_cores else "the grid file's host_cores",
         )
         res = run_sweep(est, grid, args.job)
+        device = job_device(args.warehouse, args.job)
     except (GridError, ConfigError, TemplateError, TransformError, LookupError) as exc:
         print(f"lumos sweep: {exc}", file=sys.stderr)
         return 2
@@ -66,20 +88,48 @@ def _run(args: argparse.Namespace) -> int:
     for msg in res.invalid[:3]:
         print(f"  invalid: {msg}")
     if n and not args.no_write:
-        write_estimates(Warehouse.open(args.warehouse), res.sweep_id, args.job, res.predictions)
+        write_estimates(
+            Warehouse.open(args.warehouse),
+            res.sweep_id,
+            args.job,
+            res.predictions,
+            device=device,
+        )
         print(f"wrote {n} rows to estimates (sweep_id = '{res.sweep_id}')")
     keys = list(grid.axes)
-    best = sorted(res.predictions, key=lambda p: p.predicted_ns)[: args.top]
-    for p in best:
+    rows = []
+    for p in res.predictions:
+        tokens_per_s, mfu = throughput(p.config, p.predicted_ns, device)
+        rows.append(
+            {
+                "predicted_ns": p.predicted_ns,
+                "interval_low_ns": p.interval_ns[0],
+                "interval_high_ns": p.interval_ns[1],
+                "memory_bytes": p.memory_bytes,
+                "fits": p.fits,
+                "tokens_per_s": tokens_per_s,
+                "mfu": mfu,
+            }
+        )
+    if n and args.top:
+        print(
+            f"best {min(args.top, n)} by {order.lstrip('-')} "
+            f"({'highest' if order.startswith('-') else 'lowest'} first; those that do not fit "
+            f"last); MFU {mfu_note(device, any(r['mfu'] is not None for r in rows))}:"
+        )
+    for i in rank_rows(rows, order)[: args.top]:
+        p, row = res.predictions[i], rows[i]
         cfg = p.config.to_dict()
         desc = " ".join(
             f"{k}={cfg[k] if k in cfg else p.speedups.get(k.split('.', 1)[1], 1)}" for k in keys
         )
         lo, hi = p.interval_ns
         fits = {None: "", True: " fits", False: " DOES NOT FIT"}[p.fits]
+        tps = f"{row['tokens_per_s']:12,.0f}" if row["tokens_per_s"] is not None else f"{'-':>12}"
+        mfu = f"{row['mfu']:6.1%}" if row["mfu"] is not None else f"{'-':>6}"
         print(
-            f"  {p.predicted_ns / 1e6:10.3f} ms [{lo / 1e6:.3f}, {hi / 1e6:.3f}]  "
-            f"{p.memory_bytes / 2**20:8.1f} MiB{fits}  {desc}"
+            f"  {p.predicted_ns / 1e6:10.3f} ms [{lo / 1e6:.3f}, {hi / 1e6:.3f}]  {tps} tokens/s"
+            f"  MFU {mfu}  {p.memory_bytes / 2**20:8.1f} MiB{fits}  {desc}"
         )
     if not n:
         why = "every point was removed by the constraints" if not res.invalid else "see above"

@@ -18,6 +18,7 @@ import pyarrow as pa
 from lumos.estimate.config import ModelConfig
 from lumos.estimate.estimator import Prediction
 from lumos.estimate.sweep import to_json_speedups
+from lumos.estimate.throughput import Device, throughput
 from warehouse.layout import encode_job, write_parquet_atomic
 from warehouse.schema import ESTIMATE_CONFIG_FIELDS, ESTIMATES, JOB_CONFIGS
 
@@ -35,7 +36,10 @@ def _config_columns(configs: Sequence[ModelConfig]) -> dict[str, list[Any]]:
     return cols
 
 
-def estimates_table(sweep_id: str, job: str, preds: Sequence[Prediction]) -> pa.Table:
+def estimates_table(
+    sweep_id: str, job: str, preds: Sequence[Prediction], *, device: Device | None
+) -> pa.Table:
+    """The rows of `preds`; `device` (`throughput.job_device`) gives MFU its peak (None: null)."""
     now = datetime.now(UTC)
     n = len(preds)
     data: dict[str, list[Any]] = {"sweep_id": [sweep_id] * n, "job": [job] * n}
@@ -47,17 +51,22 @@ def estimates_table(sweep_id: str, job: str, preds: Sequence[Prediction]) -> pa.
     data["interval_high_ns"] = [p.interval_ns[1] for p in preds]
     data["memory_bytes"] = [p.memory_bytes for p in preds]
     data["fits"] = [p.fits for p in preds]
+    rates = [throughput(p.config, p.predicted_ns, device) for p in preds]
+    data["tokens_per_s"] = [r[0] for r in rates]
+    data["mfu"] = [r[1] for r in rates]
     data["warnings"] = [json.dumps(p.warnings) for p in preds]
     data["created_at"] = [now] * n
     return pa.Table.from_pydict(data, schema=ESTIMATES)
 
 
-def write_estimates(wh: Any, sweep_id: str, job: str, preds: Sequence[Prediction]) -> None:
+def write_estimates(
+    wh: Any, sweep_id: str, job: str, preds: Sequence[Prediction], *, device: Device | None
+) -> None:
     """Write one sweep's rows, make sure every job has its inferred configuration, refresh views."""
     from warehouse.catalog import build_catalog
 
     path = wh.root / "estimates" / f"job={encode_job(job)}" / f"sweep={sweep_id}.parquet"
-    write_parquet_atomic(estimates_table(sweep_id, job, preds), path)
+    write_parquet_atomic(estimates_table(sweep_id, job, preds, device=device), path)
     write_job_configs(wh)
     build_catalog(wh.root)
 

@@ -15,11 +15,17 @@ Grid file (YAML)::
       - layers % pp == 0
     host_cores: 64             # optional: the CPU cores the base's host gave its ranks (more
                                # ranks time-share them; default: the trace's record, the prior)
+    order: -tokens_per_s       # optional: how the best are ranked (a column of ORDER_COLUMNS,
+                               # a leading - for descending; `lumos sweep --order` wins)
 
 Constraints are parsed with `ast` and evaluated by a small interpreter that only knows numbers,
 strings, the grid's keys (and the base's), arithmetic (+ - * / // % **), comparisons, `and`,
 `or`, `not`, and `min`/`max`/`abs`: nothing else can run. Configurations that fail
 `ModelConfig.validate` (e.g. heads not divisible by tp) are skipped and counted.
+
+The best configurations (`rank_rows`): those that fit the device (or whose fit is unknown) before
+those that do not, each group by the order (default: tokens per second, highest first), rows
+without a value (MFU of an fp32 run) after those with one, ties by the step time.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import json
 import operator
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,8 +65,62 @@ _CMPOPS = {
 _FUNCS = {"min": min, "max": max, "abs": abs}
 
 
+# what the best of a sweep can be ranked by (columns of `estimates`); a leading - is descending
+ORDER_COLUMNS = (
+    "tokens_per_s",
+    "mfu",
+    "predicted_ns",
+    "interval_low_ns",
+    "interval_high_ns",
+    "memory_bytes",
+)
+DEFAULT_ORDER = "-tokens_per_s"
+
+
 class GridError(ValueError):
     """A grid file is invalid; the message names the file and the problem."""
+
+
+def parse_order(text: Any, where: str) -> str:
+    """`COL` (ascending) or `-COL` (descending), COL one of ORDER_COLUMNS; GridError naming
+    `where` otherwise."""
+    raw = text.strip() if isinstance(text, str) else ""
+    col = raw[1:].strip() if raw.startswith(("-", "+")) else raw
+    if col not in ORDER_COLUMNS:
+        raise GridError(
+            f"{where}: unknown order {text!r} (a column of {', '.join(ORDER_COLUMNS)}; "
+            "-column for descending)"
+        )
+    return f"-{col}" if raw.startswith("-") else col
+
+
+def _number(value: Any) -> float | None:
+    """A row's value as a float, None for null (None, NaN, pandas' NA)."""
+    if value is None:
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if v != v else v
+
+
+def rank_rows(rows: Sequence[Mapping[str, Any]], order: str = DEFAULT_ORDER) -> list[int]:
+    """The indices of `rows` (mappings with the `estimates` columns), best first: rows that fit
+    (or whose fit is unknown) before those that do not, each by `order` (parse_order's form),
+    nulls after values, ties by predicted_ns and then as given."""
+    col = order.lstrip("-")
+    sign = -1.0 if order.startswith("-") else 1.0
+
+    def key(i: int) -> tuple[bool, bool, float, float, int]:
+        row = rows[i]
+        fits = row.get("fits")
+        unfit = fits is not None and fits == fits and not bool(fits)  # NaN/None: unknown
+        v = _number(row.get(col))
+        step = _number(row.get("predicted_ns"))
+        return (unfit, v is None, sign * v if v is not None else 0.0, step or 0.0, i)
+
+    return sorted(range(len(rows)), key=key)
 
 
 @dataclass(frozen=True)
@@ -163,6 +223,7 @@ class Grid:
     axes: dict[str, list[Any]] = field(default_factory=dict)
     constraints: list[Constraint] = field(default_factory=list)
     host_cores: int | None = None  # `Estimator.open`'s: None when the file does not say
+    order: str | None = None  # parse_order's; None when the file does not say
 
     @property
     def size(self) -> int:
@@ -206,7 +267,7 @@ def load_grid(path: str | Path) -> Grid:
         raise GridError(f"{where}: not valid YAML ({e})") from None
     if not isinstance(doc, dict):
         raise GridError(f"{where}: expected a mapping with base:, grid:, constraints:")
-    sections = ("base", "grid", "constraints", "host_cores")
+    sections = ("base", "grid", "constraints", "host_cores", "order")
     unknown = set(doc) - set(sections)
     if unknown:
         raise GridError(f"{where}: unknown section(s) {sorted(unknown)} ({', '.join(sections)})")
@@ -216,6 +277,8 @@ def load_grid(path: str | Path) -> Grid:
         if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
             raise GridError(f"{where}: host_cores: must be a positive whole number, got {cores!r}")
         grid.host_cores = cores
+    if "order" in doc:
+        grid.order = parse_order(doc["order"], f"{where}: order")
     base = doc.get("base") or {}
     if not isinstance(base, dict):
         raise GridError(f"{where}: base: must be a mapping of key: value")

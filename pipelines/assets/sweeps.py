@@ -1,9 +1,11 @@
 """`grid_sweeps`: run every sweep declared in the grids folder into the `estimates` table.
 
 The folder is the resource's `grids` (`LUMOS_GRIDS`, default `./lumos_grids`); each `<job>.yaml`
-in it is a `lumos sweep` grid file for the warehouse job `<job>` (the grid parser accepts only
-`base:`, `grid:`, `constraints:`, so the job is the file name). The work is
-`pipelines.sweep_grids.sweep_grid_file`, i.e. the functions `lumos sweep` calls. A bad grid file,
+in it is a `lumos sweep` grid file for the warehouse job `<job>` (the grid parser has no `job:`
+key, so the job is the file name). The work is `pipelines.sweep_grids.sweep_grid_file`, i.e. the
+functions `lumos sweep` calls; each file's best is ranked as `lumos sweep` ranks it (its
+`order:`, tokens per second by default, those that do not fit last), and the best of all files
+the same way (by tokens per second unless every file asks for one other order). A bad grid file,
 or one naming a job the warehouse does not hold, fails the run with a message naming the file;
 nothing of a failing run's later files is written.
 """
@@ -28,7 +30,7 @@ from pipelines.resources import WarehouseResource
 def grid_sweeps(
     context: dg.AssetExecutionContext, lumos: WarehouseResource
 ) -> dg.MaterializeResult:
-    from lumos.estimate.sweep import GridError, load_grid
+    from lumos.estimate.sweep import DEFAULT_ORDER, GridError, load_grid, rank_rows
     from pipelines.sweep_grids import SweepFileError, grid_files, sweep_grid_file
 
     started = time.perf_counter()
@@ -40,10 +42,10 @@ def grid_sweeps(
         sweeps = [sweep_grid_file(lumos.warehouse_path, path) for path in files]
     except (SweepFileError, GridError) as exc:
         raise dg.Failure(description=str(exc)) from None
-    best = min(
-        ((s, row) for s in sweeps for row in s.best(1).to_dict("records")),
-        key=lambda pair: pair[1]["predicted_ms"],
-    )
+    orders = {s.ranking for s in sweeps}
+    order = orders.pop() if len(orders) == 1 else DEFAULT_ORDER
+    top = sweeps[rank_rows([s.best_row() for s in sweeps], order)[0]]
+    best = (top, top.best(1).to_dict("records")[0])
     summary = "\n".join(
         f"- `{s.path.name}` → job `{s.job}`, sweep `{s.sweep_id}`: {len(s.rows)} configs "
         f"({s.n_points} points, {s.n_constrained} constrained, {s.n_invalid} invalid) in "
@@ -59,6 +61,9 @@ def grid_sweeps(
             "seconds": round(time.perf_counter() - started, 3),
             "best_job": best[0].job,
             "best_predicted_ms": best[1]["predicted_ms"],
+            "best_tokens_per_s": best[1]["tokens_per_s"],
+            **({"best_mfu": best[1]["mfu"]} if best[1]["mfu"] == best[1]["mfu"] else {}),
+            "order": order,
             "best": _describe(best[1], best[0].keys),
             "sweep_ids": ",".join(s.sweep_id for s in sweeps),
             "sweeps": dg.MetadataValue.md(summary),
@@ -70,7 +75,9 @@ def _describe(row: dict, keys: list[str]) -> str:
     fits = row["fits"]
     fits = "fits unknown" if fits is None or fits != fits else ("fits" if fits else "does NOT fit")
     cfg = " ".join(f"{k}={row[k]}" for k in keys if k in row)
+    mfu = row["mfu"]
+    mfu = "MFU unknown" if mfu is None or mfu != mfu else f"MFU {mfu:.1%}"
     return (
         f"{row['predicted_ms']:.3f} ms [{row['low_ms']:.3f}, {row['high_ms']:.3f}], "
-        f"{row['memory_mib']} MiB {fits} ({cfg})"
+        f"{row['tokens_per_s']:,.0f} tokens/s, {mfu}, {row['memory_mib']} MiB {fits} ({cfg})"
     )

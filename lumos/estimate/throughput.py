@@ -1,0 +1,173 @@
+"""Throughput of an estimate: tokens per second and model FLOPs utilisation (MFU).
+
+    tokens per step  T = micro_batch x num_micro_batches x dp x seq
+    tokens_per_s       = T / step seconds (the predicted step, `predicted_ns`)
+    model FLOPs/step   = T x (6 N + 12 L h s)
+    mfu                = model FLOPs per step / (step seconds x world size x device peak)
+
+N counts the parameters that multiply activations: per layer the Q, K, V and output projections,
+h (h + 2 kv_heads * head_dim) + h^2, and the MLP, 2 h ffn (3 h ffn gated), times L layers, plus
+the LM head's vocab x h (an embedding lookup does no FLOPs; norms and biases are left out). 6 N
+per token is the forward's 2 N and the backward's 4 N; 12 L h s is attention's scores and
+weighted sum (2 matmuls of 2 s h FLOPs per token and layer forward, x3 with the backward, the
+causal mask not discounted: PaLM's and Megatron's convention). Recomputation (`recompute`) is not
+counted: MFU counts the model's FLOPs only, so a checkpointed step does more work than it is
+credited with, by design (that is hardware FLOPs utilisation's, HFU's, business).
+
+The device peak is the dense (no sparsity) bf16/fp16 tensor peak of the trace's device
+(`deviceProperties[0].name` of every rank, as `lumos_sql/estimate/meta.sql` reads the device
+memory), from `PEAK_FLOPS` by name. MFU is null for a configuration that does not train in 2-byte
+floats (`dtype_bytes` 4: fp32, e.g. the CPU ground-truth runs; 1: fp8, whose peak is not the
+table's), for a trace without a device (a CPU run) and for a device the table does not know.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lumos.estimate.config import ModelConfig
+
+# Dense bf16/fp16 tensor-core peak FLOP/s of one device, by a pattern of its CUDA/ROCm name
+# (first match wins, case-insensitive). Sources, the vendors' datasheets (the sparse figures
+# halved where only those are printed):
+#   H100 SXM 989.4 TF, PCIe 756 TF, NVL 835 TF: NVIDIA H100 Tensor Core GPU datasheet (2023)
+#   H200 (and GH200) 989 TF: NVIDIA H200 datasheet; GH200 Grace Hopper superchip datasheet
+#   A100 (SXM and PCIe) 312 TF: NVIDIA A100 datasheet (2021)
+#   B200 2.25 PF: NVIDIA HGX B200 spec (4.5 PF with sparsity per GPU)
+#   MI300X 1307.4 TF: AMD Instinct MI300X datasheet
+#   V100 125 TF (SXM2 tensor; PCIe 112 TF): NVIDIA V100 datasheet
+# GB200's B200 is another part (not listed: its peak is left unknown rather than guessed).
+PEAK_FLOPS: tuple[tuple[str, float], ...] = (
+    (r"H100.*PCIE", 756e12),
+    (r"H100.*NVL", 835e12),
+    (r"H100", 989e12),
+    (r"H200", 989e12),
+    (r"A100", 312e12),
+    (r"(?<!G)B200", 2250e12),
+    (r"MI300X", 1307e12),
+    (r"V100.*PCIE", 112e12),
+    (r"V100", 125e12),
+)
+
+# bumped when what device.json holds changes
+_DEVICE_FORMAT = 1
+
+
+def peak_flops_of(name: str | None) -> float | None:
+    """The dense bf16/fp16 peak FLOP/s of a device of this name (None: not in the table)."""
+    if not name:
+        return None
+    for pattern, peak in PEAK_FLOPS:
+        if re.search(pattern, name, re.IGNORECASE):
+            return peak
+    return None
+
+
+@dataclass(frozen=True)
+class Device:
+    """The device a job's ranks ran on: its name and dense bf16/fp16 peak (None: unknown or
+    no device, e.g. a CPU run)."""
+
+    name: str | None = None
+    peak_flops: float | None = None
+
+    @classmethod
+    def of_names(cls, names: list[str | None]) -> Device:
+        """The device of ranks with these names: unknown if any rank has none or an unknown one;
+        of mixed devices, the slowest (the step waits for it)."""
+        if not names or any(not n for n in names):
+            return cls(None, None)
+        peaks = {n: peak_flops_of(n) for n in names}
+        if any(p is None for p in peaks.values()):
+            return cls(" / ".join(sorted({str(n) for n in names})), None)
+        name = min(peaks, key=lambda n: (peaks[n], n))
+        return cls(name, peaks[name])
+
+    def peak_for(self, cfg: ModelConfig) -> float | None:
+        """The peak `cfg` is measured against: only 2-byte (bf16/fp16) training has one."""
+        return self.peak_flops if cfg.dtype_bytes == 2 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "peak_flops": self.peak_flops}
+
+
+def tokens_per_step(cfg: ModelConfig) -> int:
+    """The global batch of one step in tokens."""
+    return cfg.micro_batch * cfg.num_micro_batches * cfg.dp * cfg.seq
+
+
+def matmul_params(cfg: ModelConfig) -> int:
+    """N of 6 N: the parameters of the model's matrix multiplies (layers' and the LM head's)."""
+    h = cfg.hidden
+    kv = cfg.kv_heads_n * cfg.head_dim
+    attn = h * (h + 2 * kv) + h * h
+    mlp = (3 if cfg.gated_mlp else 2) * h * cfg.ffn_size
+    return cfg.layers * (attn + mlp) + cfg.vocab * h
+
+
+def model_flops_per_step(cfg: ModelConfig) -> int:
+    """Model FLOPs of one training step: T (6 N + 12 L h s), recomputation not counted."""
+    per_token = 6 * matmul_params(cfg) + 12 * cfg.layers * cfg.hidden * cfg.seq
+    return tokens_per_step(cfg) * per_token
+
+
+def throughput(
+    cfg: ModelConfig, predicted_ns: int, device: Device | None
+) -> tuple[float | None, float | None]:
+    """(tokens_per_s, mfu) of `cfg` at a step of `predicted_ns`; None where not defined."""
+    if predicted_ns <= 0:
+        return None, None
+    seconds = predicted_ns / 1e9
+    tokens_per_s = tokens_per_step(cfg) / seconds
+    peak = device.peak_for(cfg) if device is not None else None
+    if peak is None:
+        return tokens_per_s, None
+    return tokens_per_s, model_flops_per_step(cfg) / (seconds * cfg.world_size * peak)
+
+
+def job_device(root: str | Path | None, job: str) -> Device:
+    """The device of `job`'s ranks, read from the warehouse's `trace_meta` once per ingest (cached
+    beside the estimator's template as device.json, stamped with the manifest's parts)."""
+    import os
+
+    from lumos.estimate.estimator import manifest_stamp, template_dir
+
+    wh_root = Path(root or os.environ.get("LUMOS_WAREHOUSE") or "lumos_warehouse")
+    wh_root = wh_root.expanduser().resolve()
+    path = template_dir(wh_root, job) / "device.json"
+    stamp = manifest_stamp(wh_root)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        doc = {}
+    if doc.get("manifest") == stamp and doc.get("format") == _DEVICE_FORMAT:
+        return Device(doc.get("name"), doc.get("peak_flops"))
+    from lumos.api import Warehouse
+
+    tbl = Warehouse.open(wh_root).arrow(
+        "SELECT t.rank, any_value(m.value_json -> 0 ->> 'name') AS name "
+        "FROM (SELECT DISTINCT rank FROM traces WHERE job = $job AND status = 'ok') t "
+        "LEFT JOIN trace_meta m ON m.job = $job AND m.rank = t.rank "
+        "AND m.key = 'deviceProperties' GROUP BY t.rank",
+        {"job": job},
+    )
+    dev = Device.of_names(tbl.column("name").to_pylist())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({**dev.to_dict(), "manifest": stamp, "format": _DEVICE_FORMAT}))
+    tmp.replace(path)
+    return dev
+
+
+def mfu_note(device: Device, any_mfu: bool) -> str:
+    """What the MFU is of (`any_mfu`: some configuration has one), or why there is none."""
+    if device.name is None:
+        return "unknown (no device in the trace: a CPU run)"
+    if device.peak_flops is None:
+        return f"unknown (no bf16 peak known for {device.name})"
+    peak = f"{device.name}'s {device.peak_flops / 1e12:,.0f} TFLOP/s dense bf16"
+    return f"of {peak}" if any_mfu else f"unknown (only bf16/fp16 training has a peak; {peak})"
