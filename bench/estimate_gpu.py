@@ -30,6 +30,16 @@ def _truth(run: Path) -> tuple[float, dict]:
     return float(np.median([np.median(r) for r in runs])), m
 
 
+def model_flops(cfg) -> float:  # noqa: ANN001
+    """Training FLOPs of one step: 6 per weight per token (matmuls: the layers and the LM head)
+    plus attention's 12 · layers · hidden · seq per token (Megatron's accounting)."""
+    from lumos.estimate.memory import head_params, params_per_layer
+
+    tokens = cfg.micro_batch * cfg.num_micro_batches * cfg.seq
+    weights = cfg.layers * params_per_layer(cfg) + head_params(cfg)
+    return 6.0 * weights * tokens + 12.0 * cfg.layers * cfg.hidden * cfg.seq * tokens
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="llama_base")
@@ -37,7 +47,6 @@ def main() -> None:
     args = ap.parse_args()
     from lumos.api import Warehouse
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.throughput import model_flops_per_step
 
     corpus = Path(args.shared) / "traces" / "gpu_h100"
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,7 +77,7 @@ def main() -> None:
             t0 = time.process_time()
             pred = est.explain(cfg).predicted_ns / 1e6
             cpu = time.process_time() - t0
-            naive = base_truth * model_flops_per_step(cfg) / model_flops_per_step(base)
+            naive = base_truth * model_flops(cfg) / model_flops(base)
             rows.append((run.name, truth, pred, naive, cpu))
         t0 = time.process_time()
         est.predict(targets * 10)
