@@ -216,3 +216,30 @@ def test_lumos_estimate_uses_the_gpu_graph(wh, gpu_runs):
     # a parallel layout change still goes through the CPU template's transforms
     r = est.explain(est.target({"dp": 2}))
     assert not any("GPU step graph" in w for w in r.warnings)
+
+
+def test_a_cached_gpu_estimate_runs_without_pandas(wh):
+    """`lumos estimate` on a cached GPU base keeps pandas out of its process (0.2 s of
+    start-up): a fresh interpreter, after the cache is built in this one."""
+    import subprocess
+    import sys
+
+    from lumos.estimate.estimator import Estimator
+    from tests.cli_run import ROOT
+
+    Estimator.open(wh.root, f"gpu_h100/{BASE}")  # builds the cache
+    code = f"""
+import contextlib, io, json, sys
+from lumos.cli import main
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    rc = main(["estimate", "--job", "gpu_h100/{BASE}", "--set", "layers=4", "--json",
+               "--warehouse", {str(wh.root)!r}])
+out = json.loads(buf.getvalue())
+print(rc, "pandas" in sys.modules, out["predicted_ns"] > 0, out["breakdown"]["profiler"] > 0)
+"""
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split()[-4:] == ["0", "False", "True", "True"], run.stdout

@@ -41,6 +41,7 @@ def _run(args: argparse.Namespace) -> int:
     from lumos.estimate.layers import TemplateError
     from lumos.estimate.throughput import job_device, mfu_note, throughput
     from lumos.estimate.transforms import TransformError
+    from warehouse.no_pandas import block_pandas
 
     try:
         base = parse_overrides(args.base, "--base")
@@ -48,6 +49,10 @@ def _run(args: argparse.Namespace) -> int:
         est = Estimator.open(
             args.warehouse, args.job, base, on_build=_say, host_cores=args.host_cores
         )
+        if not args.save:
+            # what follows holds no pandas object: pyarrow's probe for one would import pandas,
+            # 0.2 s of a cached estimate's start-up (`--save` writes through pandas)
+            block_pandas()
         target = est.target(keys, "--set")
         pred = est.explain(target, speed)
         device = job_device(args.warehouse, args.job)

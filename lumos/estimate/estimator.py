@@ -264,6 +264,7 @@ class Estimator:
         self.gaps = gaps or IdleGaps.from_dict(None)
         self._base_state = state_of(base)
         self.gpu: GpuStep | None = None  # a single-GPU base's step graph (`gpu_estimate`)
+        self._gpu = None  # its GpuModel, made on first use
         self._graphs: dict[Structure, EditedGraph] = {}
         self._compressed: dict[Structure, CompressedGraph] = {}
         # the roles the template has (interval and warnings look at these only)
@@ -669,11 +670,8 @@ class Estimator:
         from kernels.replay import replay_sweep
 
         speedups = speedups or [{}] * len(targets)
-        gpu = {
-            i: self._gpu_predict(cfg, breakdown=False)
-            for i, cfg in enumerate(targets)
-            if self._gpu_path(cfg, speedups[i])
-        }
+        on_gpu = [i for i, cfg in enumerate(targets) if self._gpu_path(cfg, speedups[i])]
+        gpu = dict(zip(on_gpu, self._gpu_predict_many([targets[i] for i in on_gpu]), strict=True))
         groups: dict[Structure, list[int]] = {}
         for i, cfg in enumerate(targets):
             if i not in gpu:
@@ -768,24 +766,59 @@ class Estimator:
             return False
         return all(getattr(cfg, k) == getattr(self.base, k) for k in GPU_SAME_KEYS)
 
-    def _gpu_predict(self, cfg: ModelConfig, *, breakdown: bool = True) -> Prediction:
-        """`cfg`'s step from the base's GPU step graph, edited and replayed (`gpu_estimate`)."""
-        from lumos.estimate.gpu_edit import EditError
-        from lumos.estimate.gpu_estimate import estimate_step
+    def _gpu_model(self):  # noqa: ANN202 (GpuModel: imported lazily, with pyarrow)
+        from lumos.estimate.gpu_estimate import GpuModel
 
-        assert self.gpu is not None
+        if self._gpu is None:
+            assert self.gpu is not None
+            self._gpu = GpuModel(self.gpu, self.base)
+        return self._gpu
+
+    def _gpu_predict_many(self, cfgs: Sequence[ModelConfig]) -> list[Prediction]:
+        """Predictions from the base's GPU step graph, one batched replay per structure."""
+        from lumos.estimate.gpu_edit import EditError
+
         try:
-            est = estimate_step(self.gpu, self.base, cfg)
+            preds = self._gpu_model().predict(cfgs)
         except EditError as exc:
             raise TransformError(str(exc)) from exc
-        pred = est.predicted_ns
+        return [self._gpu_prediction(c, int(p)) for c, p in zip(cfgs, preds, strict=True)]
+
+    def _gpu_predict(self, cfg: ModelConfig) -> Prediction:
+        """`cfg`'s step from the base's GPU step graph with its breakdown and the traced step
+        (the same graph with the profiler's cost kept)."""
+        from lumos.estimate.gpu_edit import EditError
+
+        try:
+            est = self._gpu_model().explain(cfg)
+        except EditError as exc:
+            raise TransformError(str(exc)) from exc
+        parts = {
+            "gpu_work": est.gpu_work_ns,
+            "cpu_busy": est.cpu_busy_ns,
+            "traced_step": est.traced_ns,
+            "profiler": est.traced_ns - est.predicted_ns,
+        }
+        note = (
+            f"the same graph with the profiler: {est.traced_ns / 1e6:.1f} ms (the profiler's "
+            f"share {100 * est.profiler_share:.0f}%)"
+        )
+        return self._gpu_prediction(cfg, est.predicted_ns, parts, note)
+
+    def _gpu_prediction(
+        self,
+        cfg: ModelConfig,
+        pred: int,
+        breakdown: dict[str, int] | None = None,
+        traced: str | None = None,
+    ) -> Prediction:
+        assert self.gpu is not None
         lo, hi = self.spread
         mem = _memory(cfg)
         notes = [
             f"GPU step graph of {self.gpu.job} edited and replayed: predicted without the "
-            f"profiler; the same graph with it {est.traced_ns / 1e6:.1f} ms (the profiler's "
-            f"share {100 * est.profiler_share:.0f}%, {PROFILER_EVENT_NS / 1e3:.1f} us per "
-            "recorded CPU event)"
+            f"profiler ({PROFILER_EVENT_NS / 1e3:.1f} us per recorded CPU event taken out)"
+            + (f"; {traced}" if traced else "")
         ]
         if cfg.recompute != self.base.recompute:
             notes.append(
@@ -793,16 +826,6 @@ class Estimator:
                 "backward; checkpointing's own bookkeeping (hooks that pack and unpack saved "
                 "tensors) is not, and adds CPU time"
             )
-        parts = (
-            {
-                "gpu_work": est.gpu_work_ns,
-                "cpu_busy": est.cpu_busy_ns,
-                "traced_step": est.traced_ns,
-                "profiler": est.traced_ns - pred,
-            }
-            if breakdown
-            else None
-        )
         return Prediction(
             config=cfg,
             predicted_ns=pred,
@@ -810,7 +833,7 @@ class Estimator:
             memory_bytes=int(mem.memory_bytes),
             fits=mem.fits,
             warnings=notes,
-            breakdown=parts,
+            breakdown=breakdown,
             host_cores=None,
         )
 

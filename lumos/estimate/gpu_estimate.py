@@ -1,8 +1,8 @@
 """Estimate a GPU training step from its trace's execution graph: edit, re-time, replay.
 
 1. The base step (`gpu_step.load_gpu_step`): one traced step's graph with its labels.
-2. The edit (`gpu_edit.edit_step`): layers and micro-batches added or removed as whole pieces of
-   the graph (CPU operators, their launches and their kernels).
+2. The edit (`gpu_edit.edit_step`): layers, micro-batches and recomputation added or removed as
+   whole pieces of the graph (CPU operators, their launches and their kernels).
 3. Re-timing: CPU tasks keep their traced durations less the profiler's cost
    (`profiler_cost.PROFILER_EVENT_NS` per event recorded inside them); a GPU task of role r
    scales its variable part with the role's shape feature (`retime.features`: FLOPs for GEMMs,
@@ -11,15 +11,19 @@
    shrink).
 4. Replay (`kernels.replay`): the step is the makespan of the edited graph; the regime
    (CPU-issue-bound, GPU-bound, mixed) falls out of the schedule.
+
+`GpuModel` keeps one edited graph per structure (layers, micro-batches, recomputation), so a
+sweep replays every configuration of a structure in one batch, only the durations differing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from kernels.graph import Kind
+from kernels.graph import Kind, ReplayGraph
 from lumos.estimate.config import ModelConfig
 from lumos.estimate.gpu_edit import EditedStep, edit_step
 from lumos.estimate.gpu_step import GpuStep
@@ -27,11 +31,13 @@ from lumos.estimate.profiler_cost import PROFILER_EVENT_NS, unprofiled_cpu_ns
 from lumos.estimate.retime import features
 from lumos.replay.build import build_graph
 
-__all__ = ["GpuEstimate", "estimate_step", "KERNEL_FIXED_QUANTILE"]
+__all__ = ["GpuEstimate", "GpuModel", "KERNEL_FIXED_QUANTILE", "estimate_step"]
 
 # the share of a kernel's duration that does not scale with its shapes: the step's lower decile
 # of kernel durations (a kernel that short is launch- and tail-bound, whatever its size)
 KERNEL_FIXED_QUANTILE = 0.1
+
+Structure = tuple[int, int, bool]  # layers, micro-batches, recompute
 
 
 @dataclass
@@ -51,40 +57,100 @@ class GpuEstimate:
         return 1.0 - self.predicted_ns / self.traced_ns if self.traced_ns else 0.0
 
 
-def kernel_ratio(step: GpuStep, base: ModelConfig, cfg: ModelConfig) -> np.ndarray:
-    """Per role code: the target's feature over the base's (1 where the base's is 0)."""
-    fb, ft = features(base), features(cfg)
-    return np.where(fb > 0, ft / np.where(fb > 0, fb, 1.0), 1.0)
+class GpuModel:
+    """Predicts configurations of one base from its GPU step (`base`: the step's configuration)."""
+
+    def __init__(self, step: GpuStep, base: ModelConfig, *, event_ns: float = PROFILER_EVENT_NS):
+        self.step = step
+        self.base = base
+        self.event_ns = event_ns
+        kernels = step.is_gpu & (step.kind != int(Kind.GPU_WAIT))
+        self._fixed_cap = (
+            float(np.quantile(step.dur_ns[kernels], KERNEL_FIXED_QUANTILE))
+            if kernels.any()
+            else 0.0
+        )
+        self._base_feat = features(base)
+        self._graphs: dict[Structure, tuple[EditedStep, ReplayGraph]] = {}
+
+    def structure(self, cfg: ModelConfig) -> Structure:
+        return (cfg.layers, cfg.num_micro_batches, cfg.recompute != "none")
+
+    def graph(self, s: Structure) -> tuple[EditedStep, ReplayGraph]:
+        """The edited step of a structure and its replay graph (the base's CPU idle gaps as the
+        CPU tasks' delays), built once."""
+        got = self._graphs.get(s)
+        if got is None:
+            st, b = self.step, self.base
+            ed = edit_step(
+                st,
+                s[0],
+                s[1],
+                b.layers,
+                b.num_micro_batches,
+                recompute=s[2],
+                base_recompute=b.recompute != "none",
+            )
+            tasks = ed.tasks
+            i = tasks.schema.get_field_index("gap_ns")
+            tasks = tasks.set_column(i, tasks.schema.field(i), _arrow(st.gap_ns[ed.base]))
+            g = build_graph(tasks, ed.deps, st.constants, mode="model", source=st.job)
+            got = self._graphs[s] = (ed, g)
+        return got
+
+    def durations(self, ed: EditedStep, cfg: ModelConfig, event_ns: float) -> np.ndarray:
+        """Durations of the edited step's tasks for `cfg` (the profiler's cost taken out of the
+        CPU tasks at `event_ns` per recorded event)."""
+        st, b = self.step, ed.base
+        dur = st.dur_ns[b].astype(np.float64)
+        ft = features(cfg)
+        fb = self._base_feat
+        ratio = np.where(fb > 0, ft / np.where(fb > 0, fb, 1.0), 1.0)
+        role = st.role[b]
+        r = np.where(role >= 0, ratio[np.maximum(role, 0)], 1.0)
+        fixed = np.minimum(dur, self._fixed_cap)
+        gpu_dur = np.where(st.kind[b] == int(Kind.GPU_WAIT), dur, fixed + (dur - fixed) * r)
+        cpu_dur = unprofiled_cpu_ns(dur, st.n_events[b], event_ns)
+        return np.rint(np.where(st.is_gpu[b], gpu_dur, cpu_dur)).astype(np.int64)
+
+    def predict(self, cfgs: Sequence[ModelConfig]) -> np.ndarray:
+        """Predicted steps (ns, without the profiler) of many configurations: one batched replay
+        per structure."""
+        from kernels.replay import replay_sweep
+
+        out = np.zeros(len(cfgs), np.int64)
+        groups: dict[Structure, list[int]] = {}
+        for i, c in enumerate(cfgs):
+            groups.setdefault(self.structure(c), []).append(i)
+        for s, idx in groups.items():
+            ed, g = self.graph(s)
+            dur = np.stack([self.durations(ed, cfgs[i], self.event_ns) for i in idx])
+            out[idx] = replay_sweep(g, dur, parallel=len(idx) > 1)
+        return out
+
+    def explain(self, cfg: ModelConfig) -> GpuEstimate:
+        """One configuration, with the same graph replayed with the profiler's cost kept."""
+        from kernels.replay import replay_sweep
+
+        ed, g = self.graph(self.structure(cfg))
+        dur = np.stack([self.durations(ed, cfg, cost) for cost in (self.event_ns, 0.0)])
+        pred, traced = (int(x) for x in replay_sweep(g, dur, parallel=False))
+        gpu = self.step.is_gpu[ed.base]
+        busy = gpu & (self.step.kind[ed.base] != int(Kind.GPU_WAIT))
+        return GpuEstimate(
+            predicted_ns=pred,
+            traced_ns=traced,
+            gpu_work_ns=int(dur[0][busy].sum()),
+            cpu_busy_ns=int(dur[0][~gpu].sum()),
+            n_tasks=int(ed.base.shape[0]),
+            edited=ed,
+        )
 
 
-def retimed(
-    step: GpuStep,
-    ed: EditedStep,
-    base: ModelConfig,
-    cfg: ModelConfig,
-    *,
-    event_ns: float = PROFILER_EVENT_NS,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Durations and CPU delays of the edited step's tasks (with the profiler's cost taken out
-    when `event_ns` > 0)."""
-    b = ed.base
-    gpu = step.is_gpu[b]
-    dur = step.dur_ns[b].astype(np.float64)
-    cpu_dur = unprofiled_cpu_ns(dur, step.n_events[b], event_ns)
-    kinds = step.kind[b]
-    kernels = step.is_gpu & (step.kind != int(Kind.GPU_WAIT))
-    fixed_cap = (
-        float(np.quantile(step.dur_ns[kernels], KERNEL_FIXED_QUANTILE)) if kernels.any() else 0.0
-    )
-    ratio = kernel_ratio(step, base, cfg)
-    role = step.role[b]
-    r = np.where(role >= 0, ratio[np.maximum(role, 0)], 1.0)
-    fixed = np.minimum(dur, fixed_cap)
-    gpu_dur = fixed + (dur - fixed) * r
-    gpu_dur = np.where(kinds == int(Kind.GPU_WAIT), dur, gpu_dur)
-    out = np.where(gpu, gpu_dur, cpu_dur)
-    gap = step.gap_ns[b].astype(np.float64)
-    return np.rint(out).astype(np.int64), np.rint(gap).astype(np.int64)
+def _arrow(values: np.ndarray):  # noqa: ANN202
+    import pyarrow as pa
+
+    return pa.array(np.asarray(values, np.int64), pa.int64())
 
 
 def estimate_step(
@@ -95,34 +161,4 @@ def estimate_step(
     event_ns: float = PROFILER_EVENT_NS,
 ) -> GpuEstimate:
     """Predict `cfg`'s step (without the profiler) from the base step of configuration `base`."""
-    from kernels.replay import replay
-
-    ed = edit_step(
-        step,
-        cfg.layers,
-        cfg.num_micro_batches,
-        base.layers,
-        base.num_micro_batches,
-        recompute=cfg.recompute != "none",
-        base_recompute=base.recompute != "none",
-    )
-    g = build_graph(ed.tasks, ed.deps, step.constants, mode="model", source=step.job)
-    n = ed.tasks.num_rows
-    gpu = step.is_gpu[ed.base]
-    out = []
-    for cost in (event_ns, 0.0):
-        dur, gap = retimed(step, ed, base, cfg, event_ns=cost)
-        delay = g.delay_ns.copy()
-        delay[:n] = np.where(gpu, delay[:n], gap)
-        s = replay(g, dur_ns=dur, delay_ns=delay)
-        out.append((int(s.end_ns.max() - s.start_ns.min()), dur))
-    (pred, dur), (traced, _) = out
-    busy = gpu & (step.kind[ed.base] != int(Kind.GPU_WAIT))
-    return GpuEstimate(
-        predicted_ns=pred,
-        traced_ns=traced,
-        gpu_work_ns=int(dur[busy].sum()),
-        cpu_busy_ns=int(dur[~gpu].sum()),
-        n_tasks=n,
-        edited=ed,
-    )
+    return GpuModel(step, base, event_ns=event_ns).explain(cfg)
