@@ -114,9 +114,7 @@ def test_layers_edit_copies_whole_layers_in_order(base, layers):
     for ly, name in base_fwd:
         by_layer.setdefault(ly, []).append(name)
     got = _layer_kernels(step, ed, fwd=True)
-    want = [
-        (j, name) for j, b in enumerate(layer_map(cfg.layers, layers)) for name in by_layer[b]
-    ]
+    want = [(j, name) for j, b in enumerate(layer_map(cfg.layers, layers)) for name in by_layer[b]]
     assert got == want
     # the backward runs the layers last to first, each layer's kernels as in the base
     bwd = _layer_kernels(step, ed, fwd=False)
