@@ -671,7 +671,11 @@ class Estimator:
 
         speedups = speedups or [{}] * len(targets)
         on_gpu = [i for i, cfg in enumerate(targets) if self._gpu_path(cfg, speedups[i])]
-        gpu = dict(zip(on_gpu, self._gpu_predict_many([targets[i] for i in on_gpu]), strict=True))
+        gpu = (
+            dict(zip(on_gpu, self._gpu_predict_many([targets[i] for i in on_gpu]), strict=True))
+            if on_gpu
+            else {}
+        )
         groups: dict[Structure, list[int]] = {}
         for i, cfg in enumerate(targets):
             if i not in gpu:
@@ -967,7 +971,7 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
     shutil.rmtree(folder / GPU_STEP_DIR, ignore_errors=True)
     if inf.config.world_size == 1:
         try:
-            load_gpu_step(wh, job).save(folder / GPU_STEP_DIR)
+            load_gpu_step(wh, job, sizes=sizes).save(folder / GPU_STEP_DIR)
         except GpuStepError:
             pass  # a CPU trace, or no step to edit: the CPU template serves alone
     _write_json(

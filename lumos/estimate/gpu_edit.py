@@ -21,6 +21,7 @@ re-made after every backward copy, so the next micro-batch's forward waits for i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 
 import numpy as np
 import pyarrow as pa
@@ -41,14 +42,25 @@ class EditError(ValueError):
 class EditedStep:
     """The target's tasks as copies of base tasks: ``base`` (base task id of each new task, in
     new id order), ``copy`` (the piece instance it belongs to), ``tasks`` and ``deps`` tables
-    ready for `lumos.replay.build.build_graph`, and each new task's target ``layer`` (-1 for a task outside every layer, such as an op between
-    two layers that travels with the layer before it)."""
+    ready for `lumos.replay.build.build_graph`, each new task's target ``layer`` (-1 for a task
+    outside every layer, such as an op between two layers that travels with the layer before
+    it) and ``piece`` (`Piece` code: a checkpointed layer's forward, its recomputation, else
+    plain)."""
 
     base: np.ndarray
     copy: np.ndarray
     layer: np.ndarray
     tasks: pa.Table
     deps: pa.Table
+    piece: np.ndarray
+
+
+class Piece(IntEnum):
+    """What a copied piece of the step is (`EditedStep.piece`)."""
+
+    PLAIN = 0
+    CHECKPOINTED = 1  # a layer's forward under activation checkpointing
+    RECOMPUTED = 2  # that forward run again before the layer's backward
 
 
 def layer_map(base_layers: int, layers: int) -> list[int]:
@@ -140,20 +152,26 @@ def edit_step(
     copy_of: list[int] = []
     lay_of: list[int] = []
     moved: list[int] = []  # per placed task: the thread it is moved to, -1 to stay
+    piece_of: list[int] = []  # per copy: its Piece
     back_from: list[list[int]] = []  # the copies that make up each backward section
     n_copy = 0
 
     proc = np.asarray(step.tasks.column("proc").to_numpy(), np.int64)
 
-    def place(tasks: list[int], layer: int = -1, to_proc: int = -1) -> None:
+    def place(
+        tasks: list[int], layer: int = -1, to_proc: int = -1, piece: Piece = Piece.PLAIN
+    ) -> None:
         nonlocal n_copy
+        piece_of.append(int(piece))
         cpu_seq.extend(tasks)
         copy_of.extend([n_copy] * len(tasks))
         lay_of.extend([layer if step.layer[t] >= 0 else -1 for t in tasks])
         moved.extend([to_proc] * len(tasks))
         n_copy += 1
 
-    def place_section(tasks: list[int], again: dict[int, list[int]] | None = None) -> list[int]:
+    def place_section(
+        tasks: list[int], again: dict[int, list[int]] | None = None, checkpointed: bool = False
+    ) -> list[int]:
         first = n_copy
         pre, runs, ids, post = _layer_runs(tasks, step.layer)
         place(pre)
@@ -169,8 +187,8 @@ def edit_step(
                 if b not in by_layer:
                     raise EditError(f"{step.job}: base layer {b} has no tasks in a section")
                 if again is not None and b in again:
-                    place(again[b], j, int(proc[by_layer[b][0]]))
-                place(by_layer[b], j)
+                    place(again[b], j, int(proc[by_layer[b][0]]), Piece.RECOMPUTED)
+                place(by_layer[b], j, piece=Piece.CHECKPOINTED if checkpointed else Piece.PLAIN)
         place(post)
         return list(range(first, n_copy))
 
@@ -178,7 +196,7 @@ def edit_step(
     for m in range(micro_batches):
         src = mbs[-1] if m == micro_batches - 1 else mbs[min(m, len(mbs) - 1)]
         fwd = sec.get(("f", src), [])
-        place_section(fwd)
+        place_section(fwd, checkpointed=recompute)
         again = None
         if recompute:
             _, runs, ids, _ = _layer_runs(fwd, step.layer)
@@ -192,6 +210,7 @@ def edit_step(
         np.array(lay_of, np.int64),
         np.array(moved, np.int64),
         back_from,
+        np.array(piece_of, np.int64),
     )
 
 
@@ -202,6 +221,7 @@ def _assemble(
     lay_of: np.ndarray,
     moved: np.ndarray,
     back_from: list[list[int]],
+    piece_of: np.ndarray,
 ) -> EditedStep:
     gpu = step.is_gpu
     launch = step.launch_src
@@ -252,7 +272,8 @@ def _assemble(
     new_launch = _remap_launch(launch, base_a, copy_a)
     t = _set(t, "task", np.arange(n, dtype=np.int64))
     t = _set(t, "launch_src", new_launch)
-    return EditedStep(base_a, copy_a, np.array(lay, np.int64), t, deps)
+    piece = np.where(copy_a >= 0, piece_of[np.maximum(copy_a, 0)], int(Piece.PLAIN))
+    return EditedStep(base_a, copy_a, np.array(lay, np.int64), t, deps, piece)
 
 
 def _set(t: pa.Table, name: str, values: np.ndarray) -> pa.Table:

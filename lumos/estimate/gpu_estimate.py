@@ -25,10 +25,11 @@ import numpy as np
 
 from kernels.graph import Kind, ReplayGraph
 from lumos.estimate.config import ModelConfig
-from lumos.estimate.gpu_edit import EditedStep, edit_step
+from lumos.estimate.gpu_edit import EditedStep, Piece, edit_step
 from lumos.estimate.gpu_step import GpuStep
+from lumos.estimate.kernel_work import KClass, fit_gemm, named_sizes, size_ratio
 from lumos.estimate.profiler_cost import PROFILER_EVENT_NS, unprofiled_cpu_ns
-from lumos.estimate.retime import features
+from lumos.estimate.retime import features, stage_param_counts
 from lumos.replay.build import build_graph
 
 __all__ = ["GpuEstimate", "GpuModel", "KERNEL_FIXED_QUANTILE", "estimate_step"]
@@ -36,6 +37,11 @@ __all__ = ["GpuEstimate", "GpuModel", "KERNEL_FIXED_QUANTILE", "estimate_step"]
 # the share of a kernel's duration that does not scale with its shapes: the step's lower decile
 # of kernel durations (a kernel that short is launch- and tail-bound, whatever its size)
 KERNEL_FIXED_QUANTILE = 0.1
+
+# a checkpointed layer's forward costs this many times its plain forward's CPU time (ops and
+# the Python between them): torch.utils.checkpoint's saved-tensor hooks and bookkeeping, learned
+# from the two recompute runs of the H100 corpus (docs/estimate-gpu.md)
+CHECKPOINT_FORWARD_CPU = 2.0
 
 Structure = tuple[int, int, bool]  # layers, micro-batches, recompute
 
@@ -60,18 +66,44 @@ class GpuEstimate:
 class GpuModel:
     """Predicts configurations of one base from its GPU step (`base`: the step's configuration)."""
 
-    def __init__(self, step: GpuStep, base: ModelConfig, *, event_ns: float = PROFILER_EVENT_NS):
+    def __init__(
+        self,
+        step: GpuStep,
+        base: ModelConfig,
+        *,
+        event_ns: float = PROFILER_EVENT_NS,
+        checkpoint_cpu: float = CHECKPOINT_FORWARD_CPU,
+    ):
         self.step = step
         self.base = base
         self.event_ns = event_ns
+        self.checkpoint_cpu = checkpoint_cpu
         kernels = step.is_gpu & (step.kind != int(Kind.GPU_WAIT))
         self._fixed_cap = (
             float(np.quantile(step.dur_ns[kernels], KERNEL_FIXED_QUANTILE))
             if kernels.any()
             else 0.0
         )
-        self._base_feat = features(base)
+        gemm = step.k_class == int(KClass.GEMM)
+        self.gemm_fixed_ns, self.gemm_ns_per_flop = fit_gemm(
+            step.dur_ns[gemm], step.k_flops[gemm], step.k_op[gemm]
+        )
+        # a GEMM operator's fixed part, shared over its kernels by their time
+        op_t = np.zeros(int(step.k_op.max()) + 1 if step.n else 0)
+        has = step.k_op >= 0
+        np.add.at(op_t, step.k_op[has], step.dur_ns[has])
+        share = np.where(has, step.dur_ns / np.maximum(op_t[np.maximum(step.k_op, 0)], 1), 1.0)
+        self._gemm_fixed = np.where(gemm, self.gemm_fixed_ns * share, 0.0)
+        self._base_feat = _features(base)
+        self._base_sizes = named_sizes(base)
+        # the distinct input sizes of the kernels that follow their operator's input
+        self._sized = step.is_gpu & (step.k_class == int(KClass.OTHER)) & (step.k_elems > 0)
+        self._elems, self._elems_at = np.unique(step.k_elems, return_inverse=True)
         self._graphs: dict[Structure, tuple[EditedStep, ReplayGraph]] = {}
+
+    def _checkpointed(self, ed: EditedStep) -> np.ndarray:
+        """The CPU tasks of the layers' forward under activation checkpointing."""
+        return (ed.piece == int(Piece.CHECKPOINTED)) & ~self.step.is_gpu[ed.base]
 
     def structure(self, cfg: ModelConfig) -> Structure:
         return (cfg.layers, cfg.num_micro_batches, cfg.recompute != "none")
@@ -93,7 +125,8 @@ class GpuModel:
             )
             tasks = ed.tasks
             i = tasks.schema.get_field_index("gap_ns")
-            tasks = tasks.set_column(i, tasks.schema.field(i), _arrow(st.gap_ns[ed.base]))
+            gap = st.gap_ns[ed.base] * np.where(self._checkpointed(ed), self.checkpoint_cpu, 1.0)
+            tasks = tasks.set_column(i, tasks.schema.field(i), _arrow(np.rint(gap)))
             g = build_graph(tasks, ed.deps, st.constants, mode="model", source=st.job)
             got = self._graphs[s] = (ed, g)
         return got
@@ -103,14 +136,23 @@ class GpuModel:
         CPU tasks at `event_ns` per recorded event)."""
         st, b = self.step, ed.base
         dur = st.dur_ns[b].astype(np.float64)
-        ft = features(cfg)
+        ft = _features(cfg)
         fb = self._base_feat
         ratio = np.where(fb > 0, ft / np.where(fb > 0, fb, 1.0), 1.0)
         role = st.role[b]
         r = np.where(role >= 0, ratio[np.maximum(role, 0)], 1.0)
-        fixed = np.minimum(dur, self._fixed_cap)
+        # element-wise work on a tensor of a named size grows as that size does
+        sizes = named_sizes(cfg)
+        by_size = np.array(
+            [size_ratio(int(e), self._base_sizes, sizes) or np.nan for e in self._elems]
+        )
+        rs = by_size[self._elems_at][b]
+        r = np.where(self._sized[b] & ~np.isnan(rs), rs, r)
+        gemm = st.k_class[b] == int(KClass.GEMM)
+        fixed = np.minimum(dur, np.where(gemm, self._gemm_fixed[b], self._fixed_cap))
         gpu_dur = np.where(st.kind[b] == int(Kind.GPU_WAIT), dur, fixed + (dur - fixed) * r)
         cpu_dur = unprofiled_cpu_ns(dur, st.n_events[b], event_ns)
+        cpu_dur = cpu_dur * np.where(self._checkpointed(ed), self.checkpoint_cpu, 1.0)
         return np.rint(np.where(st.is_gpu[b], gpu_dur, cpu_dur)).astype(np.int64)
 
     def predict(self, cfgs: Sequence[ModelConfig]) -> np.ndarray:
@@ -145,6 +187,12 @@ class GpuModel:
             n_tasks=int(ed.base.shape[0]),
             edited=ed,
         )
+
+
+def _features(cfg: ModelConfig) -> np.ndarray:
+    """`retime.features` with the optimizer's feature the parameters the rank holds, embedding
+    and LM head included (a single-GPU base holds the whole model)."""
+    return features(cfg, stage_param_counts(cfg)[0])
 
 
 def _arrow(values: np.ndarray):  # noqa: ANN202

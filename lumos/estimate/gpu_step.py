@@ -26,7 +26,8 @@ import pyarrow as pa
 
 import lumos_sql
 from kernels.graph import Kind
-from lumos.estimate.layers import BLOCK, TemplateError, label_step
+from lumos.estimate.kernel_work import KClass, gemm_flops, kernel_class, largest_elems
+from lumos.estimate.layers import BLOCK, ShapeRoles, TemplateError, label_step
 from lumos.replay.constants import DeviceConstants
 
 __all__ = ["GpuStep", "GpuStepError", "load_gpu_step", "step_from_tables"]
@@ -44,7 +45,11 @@ class GpuStep:
     order, times relative to the step's first task. Arrays (length n): ``block`` (BLOCK code of
     the task's top-level op, -1 when it runs in none), ``layer`` (-1 outside layers), ``mb``
     (micro-batch, -1 outside), ``role`` (ROLE code), ``n_events`` (profiler events recorded in a
-    CPU task), ``dur_ns`` and ``gap_ns`` (medians over the steps). ``step_ns``: the traced steps.
+    CPU task), ``dur_ns`` and ``gap_ns`` (medians over the steps), ``k_class`` (`KClass` of a GPU
+    task), ``k_flops`` (the FLOPs of a GEMM kernel's operator), ``k_elems`` (the elements of the
+    largest input of the operator that launched a GPU task) and ``k_op`` (that operator's
+    instance, dense, -1 for none: a GEMM operator may launch several kernels, a split-K GEMM and
+    its reduction). ``step_ns``: the traced steps.
     """
 
     job: str
@@ -60,6 +65,10 @@ class GpuStep:
     dur_ns: np.ndarray
     gap_ns: np.ndarray
     step_ns: np.ndarray
+    k_class: np.ndarray
+    k_flops: np.ndarray
+    k_elems: np.ndarray
+    k_op: np.ndarray
     labelled_by: str = ""
 
     @property
@@ -78,7 +87,20 @@ class GpuStep:
     def launch_src(self) -> np.ndarray:
         return _int(self.tasks, "launch_src", -1)
 
-    _ARRAYS = ("block", "layer", "mb", "role", "n_events", "dur_ns", "gap_ns", "step_ns")
+    _ARRAYS = (
+        "block",
+        "layer",
+        "mb",
+        "role",
+        "n_events",
+        "dur_ns",
+        "gap_ns",
+        "step_ns",
+        "k_class",
+        "k_flops",
+        "k_elems",
+        "k_op",
+    )
 
     def save(self, folder: Path) -> None:
         """Write the step to `folder` (Arrow IPC for the tables, npz for the arrays)."""
@@ -191,12 +213,15 @@ def step_from_tables(
     constants: list[DeviceConstants],
     op_rows: list[dict[str, Any]],
     events: dict[str, np.ndarray],
+    launch_ops: dict[int, tuple[str, Any, int]] | None = None,
     *,
     rank: int = 0,
+    sizes: ShapeRoles | None = None,
 ) -> GpuStep:
     """Build the base step from one rank's replay tables (`tasks`, `deps`, `iterations`), its
-    top-level ops (`estimate/template_tasks.sql` rows) and its recorded CPU events (`tid`,
-    `ts_ns`: `estimate/cpu_event_times.sql`)."""
+    top-level ops (`estimate/template_tasks.sql` rows), its recorded CPU events (`tid`,
+    `ts_ns`: `estimate/cpu_event_times.sql`) and the innermost operator of each launching call
+    (correlation -> name, input shapes and instance key: `estimate/launch_ops.sql`)."""
     its = [r for r in iterations.to_pylist() if int(r["rank"]) == rank]
     full = [r for r in its if not r["truncated"]] or its
     if not full:
@@ -218,7 +243,7 @@ def step_from_tables(
     step_no = 1 + sorted(int(r["step"]) for r in its).index(int(it["step"]))
     ref = [r for r in op_rows if int(r["rank"]) == rank and int(r["step_no"]) == step_no]
     try:
-        lab, how = label_step(ref, job)
+        lab, how = label_step(ref, job, sizes)
     except TemplateError as e:
         raise GpuStepError(str(e)) from e
     s0 = int(it["cpu_start_ns"])
@@ -262,8 +287,33 @@ def step_from_tables(
         dur_ns=np.rint(dur).astype(np.int64),
         gap_ns=np.rint(gap).astype(np.int64),
         step_ns=np.array([int(r["cpu_step_ns"]) for r in full], np.int64),
+        **_kernel_work(t, gpu, launch_ops or {}),
         labelled_by=how,
     )
+
+
+def _kernel_work(
+    t: pa.Table, gpu: np.ndarray, launch_ops: dict[int, tuple[str, Any, int]]
+) -> dict[str, np.ndarray]:
+    """Per task: the class, GEMM FLOPs, input elements and instance of a GPU task's launching
+    operator."""
+    n = t.num_rows
+    k_class = np.full(n, int(KClass.NONE), np.int64)
+    flops = np.zeros(n, np.float64)
+    elems = np.zeros(n, np.int64)
+    op = np.full(n, -1, np.int64)
+    keys: dict[int, int] = {}
+    corr = _int(t, "correlation", -1)
+    for i in np.flatnonzero(gpu):
+        name, dims, key = launch_ops.get(int(corr[i]), (None, None, None))
+        c = kernel_class(name)
+        k_class[i] = int(c)
+        if c == KClass.GEMM and name is not None:
+            flops[i] = gemm_flops(name, dims)
+        elems[i] = largest_elems(dims)
+        if key is not None:
+            op[i] = keys.setdefault(int(key), len(keys))
+    return {"k_class": k_class, "k_flops": flops, "k_elems": elems, "k_op": op}
 
 
 def _task_steps(tasks: pa.Table, its: list[dict[str, Any]]) -> np.ndarray:
@@ -283,9 +333,11 @@ def _task_steps(tasks: pa.Table, its: list[dict[str, Any]]) -> np.ndarray:
     return out
 
 
-def load_gpu_step(wh: Any, job: str, *, rank: int = 0) -> GpuStep:
+def load_gpu_step(wh: Any, job: str, *, rank: int = 0, sizes: ShapeRoles | None = None) -> GpuStep:
     """The base step of `job` from the warehouse `wh` (a `lumos.api.Warehouse`): its graph is
-    rebuilt in memory from the job's events (nothing written)."""
+    rebuilt in memory from the job's events (nothing written). `sizes` (`layers.shape_roles` of
+    the base configuration) gives operators without a role by name their role by the size of
+    their largest input (a cast or a copy of the activations scales with them)."""
     import duckdb
 
     from lumos.replay.run import replay_job
@@ -299,6 +351,7 @@ def load_gpu_step(wh: Any, job: str, *, rank: int = 0) -> GpuStep:
         cols = [c[0] for c in cur.description]
         rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
         ev = con.execute(lumos_sql.load("estimate/cpu_event_times"), {"rank": rank}).fetchnumpy()
+        lops = con.execute(lumos_sql.load("estimate/launch_ops"), {"rank": rank}).fetchall()
     finally:
         con.close()
     tasks = jr.tables["tasks"]
@@ -312,7 +365,9 @@ def load_gpu_step(wh: Any, job: str, *, rank: int = 0) -> GpuStep:
         jr.constants,
         rows,
         {"tid": np.asarray(ev["tid"], np.int64), "ts_ns": np.asarray(ev["ts_ns"], np.int64)},
+        {int(c): (name, dims, key) for c, name, dims, key in lops},
         rank=rank,
+        sizes=sizes,
     )
 
 

@@ -1,0 +1,174 @@
+"""What a GPU kernel's time follows when the configuration changes: its class and its work.
+
+A kernel is classed by the innermost CPU operator that launched it (`launch_ops.sql`):
+
+- ``GEMM`` (`GEMM_OPS`): its FLOPs, 2·M·N·K from the operator's input shapes. Its time is
+  ``fixed + FLOPs / rate``, both fitted on the base's own GEMM kernels (`fit_gemm`): a small GEMM
+  runs below the GPU's rate (too few tiles to fill it), so a GEMM four times the FLOPs takes
+  less than four times as long (on the H100 runs: 2.7-3.6x for 4x).
+- ``ATTENTION`` (`is_attention_op`): fused attention forward and backward.
+- ``OPTIMIZER``: multi-tensor (`_foreach_*`) and fused optimizer kernels, whose work is the
+  parameters they update.
+- ``OTHER``: element-wise, reductions, copies, casts: memory-bound, their time follows the
+  elements of the operator's largest input. Where that count is one of the configuration's
+  named sizes (`named_sizes`: tokens x hidden, the attention scores, a weight matrix, ...), the
+  kernel scales as that size does; an element-wise op on the weights (autocast's bf16 copy of a
+  linear's weight) then follows the weights, not the tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+from lumos.estimate.config import ModelConfig
+
+__all__ = [
+    "GEMM_OPS",
+    "KClass",
+    "fit_gemm",
+    "gemm_flops",
+    "kernel_class",
+    "largest_elems",
+    "named_sizes",
+    "size_ratio",
+]
+
+
+class KClass(IntEnum):
+    """A GPU task's class (`kernel_class`); NONE for CPU tasks."""
+
+    NONE = -1
+    OTHER = 0
+    GEMM = 1
+    ATTENTION = 2
+    OPTIMIZER = 3
+
+
+# matrix products whose launched kernels are GEMMs, with their operand shapes in Input Dims
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm")
+# a GEMM size below this share of the base's GEMM time does not shape the fit (`fit_gemm`)
+GEMM_FIT_MIN_SHARE = 0.01
+_ATTENTION_WORDS = ("attention", "flash_attn", "_flash_")
+_OPTIMIZER_PREFIXES = ("aten::_foreach_", "aten::_fused_adam", "aten::_fused_sgd")
+
+
+def is_attention_op(name: str) -> bool:
+    low = name.lower()
+    return any(w in low for w in _ATTENTION_WORDS)
+
+
+def kernel_class(op_name: str | None) -> KClass:
+    """The class of a kernel launched inside operator `op_name` (None: launched outside any)."""
+    if not op_name:
+        return KClass.OTHER
+    if op_name in GEMM_OPS:
+        return KClass.GEMM
+    if is_attention_op(op_name):
+        return KClass.ATTENTION
+    if op_name.startswith(_OPTIMIZER_PREFIXES):
+        return KClass.OPTIMIZER
+    return KClass.OTHER
+
+
+def _shapes(input_dims: Any) -> list[list[int]]:
+    if isinstance(input_dims, str):
+        try:
+            input_dims = json.loads(input_dims)
+        except ValueError:
+            return []
+    return [
+        s
+        for s in input_dims or ()
+        if isinstance(s, list) and all(isinstance(d, int) and d >= 0 for d in s)
+    ]
+
+
+def gemm_flops(op_name: str, input_dims: Any) -> float:
+    """2·M·N·K of a matrix product from its operands' shapes (0 when they do not say)."""
+    shapes = [s for s in _shapes(input_dims) if len(s) >= 2]
+    if len(shapes) < 2:
+        return 0.0
+    a, b = shapes[-2], shapes[-1]  # addmm/baddbmm: the bias or input comes first
+    if a[-1] != b[-2]:
+        return 0.0
+    batch = math.prod(a[:-2]) if len(a) > 2 else 1
+    return 2.0 * batch * a[-2] * a[-1] * b[-1]
+
+
+def largest_elems(input_dims: Any) -> int:
+    """Elements of the operator's largest input tensor (0 when none is recorded)."""
+    return max((math.prod(s) for s in _shapes(input_dims)), default=0)
+
+
+def named_sizes(cfg: ModelConfig) -> dict[str, float]:
+    """The element counts a rank's tensors have in `cfg` (one micro-batch), by name."""
+    tokens = cfg.micro_batch * cfg.seq
+    h, f, v = cfg.hidden, cfg.ffn_size, max(cfg.vocab, 0)
+    hd = cfg.head_dim
+    kv = (cfg.kv_heads or cfg.heads) * hd
+    q = cfg.heads * hd
+    return {
+        "tokens": tokens,
+        "tok_h": tokens * h,
+        "tok_h_half": tokens * h / 2,  # rotary embedding's halves of the queries
+        "tok_kv": tokens * kv,
+        "tok_kv_half": tokens * kv / 2,
+        "tok_qkv": tokens * (q + 2 * kv),
+        "tok_f": tokens * f,
+        "tok_f2": tokens * 2 * f,  # a gated MLP's fused gate and up
+        "tok_v": tokens * v,
+        "scores": cfg.micro_batch * cfg.heads * cfg.seq * cfg.seq,
+        "hidden": h,
+        "w_hh": h * q,
+        "w_kvh": h * kv,
+        "w_qkvh": h * (q + 2 * kv),
+        "w_fh": h * f,
+        "w_f2h": 2 * h * f,
+        "w_vh": h * v,
+    }
+
+
+def size_ratio(elems: int, base: dict[str, float], target: dict[str, float]) -> float | None:
+    """How a tensor of `elems` elements in the base grows in the target: the ratio of the named
+    size it equals (None when it equals none, or several that grow differently)."""
+    if elems <= 0:
+        return None
+    ratios = {target[k] / base[k] for k, n in base.items() if n == elems and base[k] > 0}
+    if len(ratios) != 1:
+        return None
+    return ratios.pop()
+
+
+def fit_gemm(dur_ns: np.ndarray, flops: np.ndarray, op: np.ndarray) -> tuple[float, float]:
+    """``(fixed_ns, ns_per_flop)`` of ``T = fixed + flops · ns_per_flop`` over the base's GEMM
+    operators (``T``: the summed time of an operator instance's kernels, `op`), each size's
+    median, fitted for relative error (a 600 µs LM-head GEMM must not outweigh the 30 µs layer
+    ones); the fixed part clipped to [0, the fastest size]. Sizes holding less than
+    `GEMM_FIT_MIN_SHARE` of the GEMM time are left out (a stray 3 µs fp32 GEMM of a rotary
+    embedding's positions is another kernel family). With fewer than two sizes: no fixed part,
+    the mean rate."""
+    ok = (flops > 0) & (op >= 0)
+    if not ok.any():
+        return 0.0, 0.0
+    ids, at = np.unique(op[ok], return_inverse=True)
+    t_op = np.bincount(at, weights=dur_ns[ok].astype(np.float64))
+    f_op = np.zeros(ids.size)
+    f_op[at] = flops[ok]
+    sizes = np.unique(f_op)
+    total = np.array([t_op[f_op == s].sum() for s in sizes])
+    keep = total >= GEMM_FIT_MIN_SHARE * total.sum()
+    x = sizes[keep]
+    y = np.array([np.median(t_op[f_op == s]) for s in x])
+    if x.size < 2:
+        return 0.0, float(y.sum() / x.sum())
+    w = 1.0 / y
+    slope, fixed = np.polyfit(x, y, 1, w=w)
+    if slope <= 0:
+        return 0.0, float(y.sum() / x.sum())
+    fixed = float(np.clip(fixed, 0.0, y.min()))
+    return fixed, float(np.sum(w * w * (y - fixed) * x) / np.sum(w * w * x * x))
