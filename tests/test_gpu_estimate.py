@@ -295,3 +295,22 @@ def test_recompute_costs_the_checkpointed_forward_more_cpu(base):
     assert np.allclose(d[ck & cpu], np.rint(d1[ck & cpu] * CHECKPOINT_FORWARD_CPU), atol=1)
     assert np.array_equal(d[~(ck & cpu)], d1[~(ck & cpu)])
     assert model.predict([target])[0] > plain.predict([target])[0]
+
+
+def test_describe_says_what_the_profiler_added(wh, gpu_runs):
+    import contextlib
+    import io
+
+    from lumos.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["describe", "--job", f"gpu_h100/{BASE}", "--json", "--warehouse", str(wh.root)])
+    assert rc == 0
+    prof = json.loads(buf.getvalue())["profiler"]
+    truth = _unprofiled_ms(gpu_runs, BASE)
+    assert abs(prof["unprofiled_ns"] / 1e6 / truth - 1) <= 0.05
+    measured = json.loads((gpu_runs / BASE / "measured.json").read_text())["wall_ms_traced"]
+    # the traced steps the trace holds (ProfilerStep#2..#4: the last three of the five walls)
+    assert min(measured[2:]) * 0.95 <= prof["traced_ns"] / 1e6 <= max(measured[2:]) * 1.05
+    assert 0.2 < prof["share"] < 0.5

@@ -55,10 +55,12 @@ def _run(args: argparse.Namespace) -> int:
         memory = estimate_memory(inference.config)
     except ConfigError as exc:
         inference.warnings.append(f"memory not estimated: {exc}")
+    profiler = _profiler_cost(args, given) if inference.config.world_size == 1 else None
     if args.json:
         out = inference.to_dict()
         out["memory"] = memory.to_dict() if memory else None
         out["host_cores"] = inference.host_cores or None
+        out["profiler"] = profiler
         print(json.dumps(out, indent=2))
         return 0
     print(f"job {inference.job}" + ("" if inference.transformer else "  (not a transformer?)"))
@@ -79,6 +81,41 @@ def _run(args: argparse.Namespace) -> int:
             f"host: {inference.host_cores} CPU cores, as the trace's recorder wrote (more ranks "
             "than that time-share them in estimates)"
         )
+    if profiler:
+        print(
+            f"profiler: the traced step {profiler['traced_ns'] / 1e6:.1f} ms, "
+            f"{profiler['unprofiled_ns'] / 1e6:.1f} ms without it (its step graph replayed "
+            f"less {profiler['event_ns'] / 1e3:.1f} us per recorded CPU event): the profiler's "
+            f"share {100 * profiler['share']:.0f}%"
+        )
     for w in inference.warnings:
         print(f"warning: {w}")
     return 0
+
+
+def _profiler_cost(args: argparse.Namespace, given: dict) -> dict | None:
+    """What the profiler added to a single-GPU base's step: its step graph replayed with and
+    without the profiler's per-event cost (`lumos.estimate.gpu_estimate`); None for a base
+    without GPU work or whose graph cannot be cut into layers."""
+    from lumos.estimate.config import ConfigError
+    from lumos.estimate.estimator import Estimator
+    from lumos.estimate.layers import TemplateError
+    from lumos.estimate.profiler_cost import PROFILER_EVENT_NS
+    from lumos.estimate.transforms import TransformError
+
+    try:
+        est = Estimator.open(args.warehouse, args.job, given)
+        if est.gpu is None:
+            return None
+        p = est.explain(est.base)
+    except (ConfigError, TemplateError, TransformError, LookupError, ValueError):
+        return None  # an optional line: what cannot be cut into a step graph is said elsewhere
+    if not p.breakdown or "traced_step" not in p.breakdown:
+        return None
+    traced = int(p.breakdown["traced_step"])
+    return {
+        "traced_ns": traced,
+        "unprofiled_ns": int(p.predicted_ns),
+        "share": 1.0 - p.predicted_ns / traced if traced else 0.0,
+        "event_ns": PROFILER_EVENT_NS,
+    }

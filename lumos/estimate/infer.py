@@ -427,9 +427,9 @@ GPU_BOUND_SHARE = 0.2
 
 
 def _gpu_bound(rows: list[dict[str, Any]]) -> str | None:
-    """A warning when the traced steps' GPU work is a large share of them (median over the
-    ranks' steps): the estimator's template holds the CPU operators only, whose durations on a
-    GPU job are launches and waits, so a change of shapes leaves the GPU's work as it was."""
+    """A note when the traced steps' GPU work is a large share of them (median over the ranks'
+    steps): a single-GPU base is estimated from its step's execution graph, kernels included;
+    the CPU-operator template (other bases and changes) holds launches and waits only."""
     shares = [(r["busy_ns"] / r["step_ns"], r["sync_ns"] / r["step_ns"]) for r in rows]
     if not shares:
         return None
@@ -439,10 +439,11 @@ def _gpu_bound(rows: list[dict[str, Any]]) -> str | None:
         return None
     return (
         f"the GPUs are busy {100 * busy:.0f}% of the traced step (median over ranks and steps) "
-        f"and the CPU waits {100 * sync:.0f}% of it in synchronising calls: estimates re-time "
-        "the CPU operators, whose durations here are kernel launches and waits for the GPU, "
-        "not the GPU kernels (not in the estimator's template yet): estimates of shape "
-        "changes do not follow the GPU's work"
+        f"and the CPU waits {100 * sync:.0f}% of it in synchronising calls: a single-GPU base "
+        "is estimated from its step's execution graph, its kernels re-timed for the new shapes "
+        "(docs/estimate-gpu.md); otherwise (several ranks, a change of dp/tp/pp, speed-ups) "
+        "estimates re-time the CPU operators, whose durations here are kernel launches and "
+        "waits for the GPU, and shape changes do not follow the GPU's work"
     )
 
 
