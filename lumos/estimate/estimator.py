@@ -265,6 +265,7 @@ class Estimator:
         self._base_state = state_of(base)
         self.gpu: GpuStep | None = None  # a single-GPU base's step graph (`gpu_estimate`)
         self._gpu = None  # its GpuModel, made on first use
+        self._scale: float | None = None  # `_profiler_scale`, computed on first use
         self._graphs: dict[Structure, EditedGraph] = {}
         self._compressed: dict[Structure, CompressedGraph] = {}
         # the roles the template has (interval and warnings look at these only)
@@ -708,26 +709,64 @@ class Estimator:
                 continue
             mem = _memory(cfg)
             pred = int(makespan[i])
+            keep = self._unprofiled if self.gpu is not None else _same
             out.append(
-                Prediction(
-                    config=cfg,
-                    predicted_ns=pred,
-                    interval_ns=self._interval(pred, ratios[i], cfg),
-                    memory_bytes=int(mem.memory_bytes),
-                    fits=mem.fits,
-                    warnings=self._warnings(cfg, ratios[i], beyond[i]),
-                    speedups=dict(speedups[i]),
-                    host_cores=self.contention.cores or None,
+                keep(
+                    Prediction(
+                        config=cfg,
+                        predicted_ns=pred,
+                        interval_ns=self._interval(pred, ratios[i], cfg),
+                        memory_bytes=int(mem.memory_bytes),
+                        fits=mem.fits,
+                        warnings=self._warnings(cfg, ratios[i], beyond[i]),
+                        speedups=dict(speedups[i]),
+                        host_cores=self.contention.cores or None,
+                    )
                 )
             )
         return out
 
     def explain(self, cfg: ModelConfig, speedup: Mapping[str, float] | None = None) -> Prediction:
         """One prediction with its breakdown (time per phase on the stage that ends last)."""
-        from lumos.estimate.chain import chain_replay
-
         if self._gpu_path(cfg, speedup):
             return self._gpu_predict(cfg)
+        p = self._template_explain(cfg, speedup)
+        return self._unprofiled(p) if self.gpu is not None else p
+
+    def _unprofiled(self, p: Prediction) -> Prediction:
+        """A CPU-template prediction of a single-GPU base (a change of the parallel layout, or
+        speed-ups) scaled to the step without the profiler: by the base's own step, its GPU
+        graph's (unprofiled) over the template's (traced), so that such an estimate and the
+        GPU graph's agree at the base."""
+        k = self._profiler_scale()
+        parts = p.breakdown and {
+            key: v if key == "critical_stage" else int(round(v * k))
+            for key, v in p.breakdown.items()
+        }
+        note = (
+            f"a parallel layout or speed-up the GPU step graph does not model yet: the CPU-operator "
+            f"template's estimate, scaled by {k:.3f} (the base's step without the profiler, "
+            "from its GPU step graph, over the template's traced step)"
+        )
+        return dataclasses.replace(
+            p,
+            predicted_ns=int(round(p.predicted_ns * k)),
+            interval_ns=(int(p.interval_ns[0] * k), int(p.interval_ns[1] * k)),
+            breakdown=parts,
+            warnings=[note, *p.warnings],
+        )
+
+    def _profiler_scale(self) -> float:
+        if self._scale is None:
+            template = self._template_explain(self.base, None).predicted_ns
+            graph = int(self._gpu_model().predict([self.base])[0])
+            self._scale = graph / template if template > 0 else 1.0
+        return self._scale
+
+    def _template_explain(
+        self, cfg: ModelConfig, speedup: Mapping[str, float] | None = None
+    ) -> Prediction:
+        from lumos.estimate.chain import chain_replay
 
         s = self.structure(cfg)
         eg = self.graph(s)
@@ -850,6 +889,10 @@ class Estimator:
 # first) is capped at 1 MiB, the others at bucket_cap_mb = 25 MiB
 DDP_FIRST_BUCKET = 1 << 20
 DDP_BUCKET = 25 << 20
+
+
+def _same(p: Prediction) -> Prediction:
+    return p
 
 
 def _tp_collectives(tpl: Template, base: ModelConfig) -> tuple[float | None, np.ndarray]:
