@@ -38,6 +38,23 @@ def shared_opbench() -> Path:
 
 
 @pytest.fixture(scope="session")
+def gpu_runs(shared_traces: Path) -> Path:
+    """The H100 training runs with their measurements (../shared/traces/gpu_h100)."""
+    return _require(shared_traces / "gpu_h100")
+
+
+@pytest.fixture(scope="session")
+def gpu_wh(gpu_runs: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A warehouse holding every H100 run, each its own job (`gpu_h100/<run>`)."""
+    from lumos.api import Warehouse
+
+    wh = Warehouse.open(tmp_path_factory.mktemp("gpu_h100") / "wh", create=True)
+    report = wh.ingest([gpu_runs])
+    assert not report.refused, report.refused
+    return wh
+
+
+@pytest.fixture(scope="session")
 def examples() -> Path:
     return EXAMPLES
 

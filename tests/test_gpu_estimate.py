@@ -18,28 +18,11 @@ BASE = "llama_base"
 
 
 @pytest.fixture(scope="module")
-def gpu_runs(shared_traces: Path) -> Path:
-    from conftest import _require
-
-    return _require(shared_traces / "gpu_h100")
-
-
-@pytest.fixture(scope="module")
-def wh(gpu_runs: Path, tmp_path_factory: pytest.TempPathFactory):
-    from lumos.api import Warehouse
-
-    w = Warehouse.open(tmp_path_factory.mktemp("gpu_est") / "wh", create=True)
-    report = w.ingest([gpu_runs])
-    assert not report.refused, report.refused
-    return w
-
-
-@pytest.fixture(scope="module")
-def base(wh):
+def base(gpu_wh):
     from lumos.estimate.gpu_step import load_gpu_step
     from lumos.estimate.infer import infer_base
 
-    return load_gpu_step(wh, f"gpu_h100/{BASE}"), infer_base(wh, f"gpu_h100/{BASE}").config
+    return load_gpu_step(gpu_wh, f"gpu_h100/{BASE}"), infer_base(gpu_wh, f"gpu_h100/{BASE}").config
 
 
 def _unprofiled_ms(gpu_runs: Path, run: str) -> float:
@@ -198,10 +181,10 @@ def test_corpus_from_the_base(base, gpu_runs):
     assert max(abs(e) for e in errs.values()) <= 0.20, errs
 
 
-def test_lumos_estimate_uses_the_gpu_graph(wh, gpu_runs):
+def test_lumos_estimate_uses_the_gpu_graph(gpu_wh, gpu_runs):
     from lumos.estimate.estimator import Estimator
 
-    est = Estimator.open(wh.root, f"gpu_h100/{BASE}")
+    est = Estimator.open(gpu_wh.root, f"gpu_h100/{BASE}")
     assert est.gpu is not None
     p = est.explain(est.target({"layers": 16}))
     assert "GPU step graph" in p.warnings[0]
@@ -222,7 +205,7 @@ def test_lumos_estimate_uses_the_gpu_graph(wh, gpu_runs):
     assert abs(est._template_explain(est.base).predicted_ns * scale - base.predicted_ns) <= 1
 
 
-def test_a_cached_gpu_estimate_runs_without_pandas(wh):
+def test_a_cached_gpu_estimate_runs_without_pandas(gpu_wh):
     """`lumos estimate` on a cached GPU base keeps pandas out of its process (0.2 s of
     start-up): a fresh interpreter, after the cache is built in this one."""
     import subprocess
@@ -231,14 +214,14 @@ def test_a_cached_gpu_estimate_runs_without_pandas(wh):
     from lumos.estimate.estimator import Estimator
     from tests.cli_run import ROOT
 
-    Estimator.open(wh.root, f"gpu_h100/{BASE}")  # builds the cache
+    Estimator.open(gpu_wh.root, f"gpu_h100/{BASE}")  # builds the cache
     code = f"""
 import contextlib, io, json, sys
 from lumos.cli import main
 buf = io.StringIO()
 with contextlib.redirect_stdout(buf):
     rc = main(["estimate", "--job", "gpu_h100/{BASE}", "--set", "layers=4", "--json",
-               "--warehouse", {str(wh.root)!r}])
+               "--warehouse", {str(gpu_wh.root)!r}])
 out = json.loads(buf.getvalue())
 print(rc, "pandas" in sys.modules, out["predicted_ns"] > 0, out["breakdown"]["profiler"] > 0)
 """
@@ -249,7 +232,7 @@ print(rc, "pandas" in sys.modules, out["predicted_ns"] > 0, out["breakdown"]["pr
     assert run.stdout.split()[-4:] == ["0", "False", "True", "True"], run.stdout
 
 
-def test_gpu_work_follows_the_shapes(wh, base):
+def test_gpu_work_follows_the_shapes(gpu_wh, base):
     """The re-timed kernels of llama_base for hidden 2048 and for sequence 512 against the
     kernels those runs traced (same GPU, same libraries): GEMMs by FLOPs above the fixed part
     the base's own GEMMs show, element-wise kernels by the size of their operator's input."""
@@ -265,8 +248,8 @@ def test_gpu_work_follows_the_shapes(wh, base):
     assert 0 < model.gemm_fixed_ns < 20_000
     assert 300e12 < 1e9 / model.gemm_ns_per_flop < 1.2e15
     for run in ("llama_H2048", "llama_S512"):
-        other = infer_base(wh, f"gpu_h100/{run}").config
-        traced = load_gpu_step(wh, f"gpu_h100/{run}", sizes=shape_roles(other))
+        other = infer_base(gpu_wh, f"gpu_h100/{run}").config
+        traced = load_gpu_step(gpu_wh, f"gpu_h100/{run}", sizes=shape_roles(other))
         target = replace(cfg, hidden=other.hidden, heads=other.heads, kv_heads=other.kv_heads)
         target = replace(target, ffn=other.ffn, seq=other.seq)
         ed, _ = model.graph(model.structure(target))
@@ -303,7 +286,7 @@ def test_recompute_costs_the_checkpointed_forward_more_cpu(base):
     assert model.predict([target])[0] > plain.predict([target])[0]
 
 
-def test_describe_says_what_the_profiler_added(wh, gpu_runs):
+def test_describe_says_what_the_profiler_added(gpu_wh, gpu_runs):
     import contextlib
     import io
 
@@ -311,7 +294,9 @@ def test_describe_says_what_the_profiler_added(wh, gpu_runs):
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        rc = main(["describe", "--job", f"gpu_h100/{BASE}", "--json", "--warehouse", str(wh.root)])
+        rc = main(
+            ["describe", "--job", f"gpu_h100/{BASE}", "--json", "--warehouse", str(gpu_wh.root)]
+        )
     assert rc == 0
     prof = json.loads(buf.getvalue())["profiler"]
     truth = _unprofiled_ms(gpu_runs, BASE)

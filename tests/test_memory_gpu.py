@@ -34,23 +34,6 @@ RUNS = (
 )
 
 
-@pytest.fixture(scope="module")
-def gpu_runs(shared_traces: Path) -> Path:
-    from conftest import _require
-
-    return _require(shared_traces / "gpu_h100")
-
-
-@pytest.fixture(scope="module")
-def gpu_wh(gpu_runs: Path, tmp_path_factory: pytest.TempPathFactory):
-    from lumos.api import Warehouse
-
-    wh = Warehouse.open(tmp_path_factory.mktemp("gpu_mem") / "wh", create=True)
-    report = wh.ingest([gpu_runs])
-    assert not report.refused, report.refused
-    return wh
-
-
 def _measured(gpu_runs: Path, run: str) -> dict:
     return json.loads((gpu_runs / run / "measured.json").read_text())
 
