@@ -305,3 +305,21 @@ def test_describe_says_what_the_profiler_added(gpu_wh, gpu_runs):
     # the traced steps the trace holds (ProfilerStep#2..#4: the last three of the five walls)
     assert min(measured[2:]) * 0.95 <= prof["traced_ns"] / 1e6 <= max(measured[2:]) * 1.05
     assert 0.2 < prof["share"] < 0.5
+
+
+def test_a_recomputing_base(gpu_wh, gpu_runs):
+    """From llama_recompute: more layers, still recomputing, through its step graph; without
+    recomputation, the CPU template scaled to the step without the profiler (said so)."""
+    from lumos.estimate.estimator import Estimator
+
+    est = Estimator.open(gpu_wh.root, "gpu_h100/llama_recompute")
+    assert est.gpu is not None and est.base.recompute != "none"
+    own = est.explain(est.base)
+    assert "GPU step graph" in own.warnings[0]
+    assert abs(own.predicted_ns / 1e6 / _unprofiled_ms(gpu_runs, "llama_recompute") - 1) <= 0.05
+    deeper = est.explain(est.target({"layers": 16}))
+    assert "GPU step graph" in deeper.warnings[0]
+    assert deeper.predicted_ns > 1.5 * own.predicted_ns
+    plain = est.explain(est.target({"recompute": "none"}))
+    assert "CPU-operator template" in plain.warnings[0]
+    assert abs(plain.predicted_ns / 1e6 / _unprofiled_ms(gpu_runs, BASE) - 1) <= 0.30

@@ -744,7 +744,8 @@ class Estimator:
             for key, v in p.breakdown.items()
         }
         note = (
-            f"a parallel layout or speed-up the GPU step graph does not model yet: the CPU-operator "
+            "a change the GPU step graph does not model yet (a parallel layout, speed-ups, no "
+            "recomputation from a base that recomputes): the CPU-operator "
             f"template's estimate, scaled by {k:.3f} (the base's step without the profiler, "
             "from its GPU step graph, over the template's traced step)"
         )
@@ -803,9 +804,12 @@ class Estimator:
 
     def _gpu_path(self, cfg: ModelConfig, speedup: Mapping[str, float] | None) -> bool:
         """Whether `cfg` is predicted from the base's GPU step graph: a single-GPU base, no
-        speed-ups asked for, and the same parallel layout (the graph edits do not add
-        collectives yet)."""
+        speed-ups asked for, the same parallel layout (the graph edits do not add collectives
+        yet), and no recomputation taken out of a base that recomputes (its recomputed forward
+        runs inside the backward's operators, which the edits do not split yet)."""
         if self.gpu is None or speedup:
+            return False
+        if self.base.recompute != "none" and cfg.recompute == "none":
             return False
         return all(getattr(cfg, k) == getattr(self.base, k) for k in GPU_SAME_KEYS)
 
