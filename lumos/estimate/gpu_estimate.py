@@ -93,7 +93,9 @@ class GpuModel:
         has = step.k_op >= 0
         np.add.at(op_t, step.k_op[has], step.dur_ns[has])
         share = np.where(has, step.dur_ns / np.maximum(op_t[np.maximum(step.k_op, 0)], 1), 1.0)
-        self._gemm_fixed = np.where(gemm, self.gemm_fixed_ns * share, 0.0)
+        # fused attention kernels are tensor-core matrix products too: the same fixed part
+        mm = gemm | (step.k_class == int(KClass.ATTENTION))
+        self._gemm_fixed = np.where(mm, self.gemm_fixed_ns * share, 0.0)
         self._base_feat = _features(base)
         self._base_sizes = named_sizes(base)
         # the distinct input sizes of the kernels that follow their operator's input
@@ -148,8 +150,8 @@ class GpuModel:
         )
         rs = by_size[self._elems_at][b]
         r = np.where(self._sized[b] & ~np.isnan(rs), rs, r)
-        gemm = st.k_class[b] == int(KClass.GEMM)
-        fixed = np.minimum(dur, np.where(gemm, self._gemm_fixed[b], self._fixed_cap))
+        mm = np.isin(st.k_class[b], (int(KClass.GEMM), int(KClass.ATTENTION)))
+        fixed = np.minimum(dur, np.where(mm, self._gemm_fixed[b], self._fixed_cap))
         gpu_dur = np.where(st.kind[b] == int(Kind.GPU_WAIT), dur, fixed + (dur - fixed) * r)
         cpu_dur = unprofiled_cpu_ns(dur, st.n_events[b], event_ns)
         cpu_dur = cpu_dur * np.where(self._checkpointed(ed), self.checkpoint_cpu, 1.0)
