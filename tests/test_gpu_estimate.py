@@ -267,6 +267,28 @@ def test_gpu_work_follows_the_shapes(gpu_wh, base):
         assert abs(linear[gemm].sum() / t_gemm - 1) > err, run
 
 
+def test_grouped_query_attention_narrows_the_qkv_work(gpu_wh, base):
+    """llama_base with 4 key/value heads against the GPU work llama_kv4 traced."""
+    from lumos.estimate.gpu_estimate import GpuModel
+    from lumos.estimate.gpu_step import load_gpu_step
+    from lumos.estimate.infer import infer_base
+    from lumos.estimate.layers import shape_roles
+
+    step, cfg = base
+    model = GpuModel(step, cfg)
+    other = infer_base(gpu_wh, "gpu_h100/llama_kv4").config
+    assert other.kv_heads == 4
+    traced = load_gpu_step(gpu_wh, "gpu_h100/llama_kv4", sizes=shape_roles(other))
+    target = replace(cfg, kv_heads=4)
+    ed, _ = model.graph(model.structure(target))
+    gpu = step.is_gpu[ed.base]
+    work = model.durations(ed, target, model.event_ns)[gpu].sum()
+    same = model.durations(ed, cfg, model.event_ns)[gpu].sum()
+    measured = traced.dur_ns[traced.is_gpu].sum()
+    assert abs(work / measured - 1) <= 0.05
+    assert work < same
+
+
 def test_recompute_costs_the_checkpointed_forward_more_cpu(base):
     from lumos.estimate.gpu_edit import Piece
     from lumos.estimate.gpu_estimate import CHECKPOINT_FORWARD_CPU, GpuModel

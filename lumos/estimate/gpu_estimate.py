@@ -28,6 +28,7 @@ from lumos.estimate.config import ModelConfig
 from lumos.estimate.gpu_edit import EditedStep, Piece, edit_step
 from lumos.estimate.gpu_step import GpuStep
 from lumos.estimate.kernel_work import KClass, fit_gemm, named_sizes, size_ratio
+from lumos.estimate.layers import ROLE
 from lumos.estimate.profiler_cost import PROFILER_EVENT_NS, unprofiled_cpu_ns
 from lumos.estimate.retime import features, stage_param_counts
 from lumos.replay.build import build_graph
@@ -193,8 +194,11 @@ class GpuModel:
 
 def _features(cfg: ModelConfig) -> np.ndarray:
     """`retime.features` with the optimizer's feature the parameters the rank holds, embedding
-    and LM head included (a single-GPU base holds the whole model)."""
-    return features(cfg, stage_param_counts(cfg)[0])
+    and LM head included (a single-GPU base holds the whole model), and the Q, K, V projections'
+    FLOPs at their real width (grouped-query attention narrows K and V)."""
+    out = features(cfg, stage_param_counts(cfg)[0])
+    out[ROLE["gemm_qkv"]] = float(cfg.micro_batch * cfg.seq) * cfg.hidden * cfg.qkv_width()
+    return out
 
 
 def _arrow(values: np.ndarray):  # noqa: ANN202
