@@ -188,9 +188,7 @@ def _events_in(
     return out
 
 
-def _op_of(
-    tid: np.ndarray, ts: np.ndarray, op_tid: np.ndarray, op_ts: np.ndarray, op_end: np.ndarray
-) -> np.ndarray:
+def _op_of(tid: np.ndarray, ts: np.ndarray, op_tid: np.ndarray, op_ts: np.ndarray) -> np.ndarray:
     """Per task: the index of the top-level op of its thread it runs in; a task between ops
     (a runtime call outside every op) takes the op before it; -1 before the thread's first op."""
     out = np.full(tid.shape[0], -1, np.int64)
@@ -249,12 +247,11 @@ def step_from_tables(
     s0 = int(it["cpu_start_ns"])
     op_tid = np.array([int(r["tid"]) for r in ref], np.int64)
     op_ts = np.array([s0 + int(r["rel_ns"]) for r in ref], np.int64)
-    op_end = op_ts + np.array([int(r["dur_ns"]) for r in ref], np.int64)
 
     origin = _int(tasks, "origin_ns", 0)[idx] + _int(tasks, "ts_ns", 0)[idx]
     gpu = np.asarray(t.column("is_gpu").to_numpy(zero_copy_only=False), bool)
     tid = _int(t, "tid", -1)
-    op = _op_of(np.where(gpu, -1, tid), origin, op_tid, op_ts, op_end)
+    op = _op_of(np.where(gpu, -1, tid), origin, op_tid, op_ts)
     launch = _int(t, "launch_src", -1)
     op = np.where(gpu & (launch >= 0), op[np.maximum(launch, 0)], op)
     has = op >= 0
