@@ -4,11 +4,11 @@
 2. The edit (`gpu_edit.edit_step`): layers, micro-batches and recomputation added or removed as
    whole pieces of the graph (CPU operators, their launches and their kernels).
 3. Re-timing: CPU tasks keep their traced durations less the profiler's cost
-   (`profiler_cost.PROFILER_EVENT_NS` per event recorded inside them); a GPU task of role r
-   scales its variable part with the role's shape feature (`retime.features`: FLOPs for GEMMs,
-   tokens x width for element-wise work, parameters for the optimizer), above a fixed part per
-   kernel (`KERNEL_FIXED_QUANTILE` of the step's kernel durations: launch-bound kernels do not
-   shrink).
+   (`profiler_cost.PROFILER_EVENT_NS` per event recorded inside them; a checkpointed layer's
+   forward `CHECKPOINT_FORWARD_CPU` times that); a GPU task follows its class (`kernel_work`):
+   GEMMs and attention their role's FLOPs above the fixed part fitted on the base's own GEMMs,
+   element-wise kernels the named size of their operator's input, else their role's shape
+   feature (`retime.features`), above `KERNEL_FIXED_QUANTILE` of the step's kernel durations.
 4. Replay (`kernels.replay`): the step is the makespan of the edited graph; the regime
    (CPU-issue-bound, GPU-bound, mixed) falls out of the schedule.
 

@@ -8,8 +8,7 @@ the trainer's annotations or, without them, the repeating forward sequence and K
 forward/backward links); a GPU task takes its launch call's labels.
 
 Durations are per-position medians over the traced steps when they hold the same tasks (the
-profiler's cost is right-skewed: one step of three ran 79 ms against 62 and 68), else the median
-step's. Each CPU task also carries the number of profiler events recorded inside it
+profiler's cost varies from step to step, skewed to the slow side), else the median step's. Each CPU task also carries the number of profiler events recorded inside it
 (`n_events`), from which the profiler's cost is taken out (`profiler_cost`).
 """
 

@@ -5,8 +5,9 @@ A kernel is classed by the innermost CPU operator that launched it (`launch_ops.
 - ``GEMM`` (`GEMM_OPS`): its FLOPs, 2·M·N·K from the operator's input shapes. Its time is
   ``fixed + FLOPs / rate``, both fitted on the base's own GEMM kernels (`fit_gemm`): a small GEMM
   runs below the GPU's rate (too few tiles to fill it), so a GEMM four times the FLOPs takes
-  less than four times as long (on the H100 runs: 2.7-3.6x for 4x).
-- ``ATTENTION`` (`is_attention_op`): fused attention forward and backward.
+  less than four times as long.
+- ``ATTENTION`` (`is_attention_op`): fused attention forward and backward, tensor-core matrix
+  products too: their FLOPs (b·s²·h) above the GEMMs' fixed part.
 - ``OPTIMIZER``: multi-tensor (`_foreach_*`) and fused optimizer kernels, whose work is the
   parameters they update.
 - ``OTHER``: element-wise, reductions, copies, casts: memory-bound, their time follows the

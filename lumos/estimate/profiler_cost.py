@@ -7,9 +7,9 @@ recorded within the task's span (the task's own and its nested ops' and calls'),
 unprofiled duration is its traced one less ``PROFILER_EVENT_NS`` per event, never below zero.
 
 ``PROFILER_EVENT_NS`` is learned from runs traced *and* timed without the profiler (the GPU
-corpus's `measured.json`, docs/estimate-gpu.md has the fit and its leave-one-out error): the cost
-per event that makes each run's replayed step, with the cost taken out, equal its unprofiled
-step; the median over the runs.
+corpus's `measured.json`; docs/estimate-gpu.md has the per-run fit): the cost per event that
+makes each run's replayed step, with the cost taken out, equal its unprofiled step; the middle
+of the runs' best values. It belongs to a host and a torch version.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 
 __all__ = ["PROFILER_EVENT_NS", "unprofiled_cpu_ns"]
 
-# median over the GPU corpus (16 runs, H100, torch 2.11): see docs/estimate-gpu.md
+# learned on the GPU corpus (docs/estimate-gpu.md)
 PROFILER_EVENT_NS = 3_500.0
 
 
