@@ -341,6 +341,9 @@ def load_gpu_step(wh: Any, job: str, *, rank: int = 0, sizes: ShapeRoles | None 
 
     con = duckdb.connect(str(wh.catalog), read_only=True)
     try:
+        job_events_view(con, job)
+        if not con.execute(lumos_sql.load("estimate/gpu_tasks"), {"rank": rank}).fetchone()[0]:
+            raise GpuStepError(f"{job}: rank {rank} has no GPU task (a CPU trace)")
         jr = replay_job(con, job, modes=())
         job_events_view(con, job)
         cur = con.execute(lumos_sql.load("estimate/template_tasks"), {"job": job})
