@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import lumos_sql
+from warehouse.catalog import connect as catalog_connect
 from warehouse.layout import Layout
 
 if TYPE_CHECKING:
@@ -86,9 +87,8 @@ class Warehouse:
         """Run a query on the catalog's views; the result as an Arrow table.
 
         `params` fills DuckDB's `$name` placeholders (values, never spliced into the text)."""
-        import duckdb
 
-        con = duckdb.connect(str(self.catalog), read_only=True)
+        con = catalog_connect(str(self.catalog))
         try:
             return con.sql(query, params=params or None).to_arrow_table()
         finally:
@@ -114,13 +114,12 @@ class Warehouse:
     def status(self) -> dict:
         """What the warehouse holds: per-job summary (with where its replay stands), refused
         files, totals."""
-        import duckdb
 
         from lumos.replay.fleet import replay_states
 
         jobs = self.sql(lumos_sql.load("status/jobs"))
         refused = self.sql(lumos_sql.load("status/refused"))
-        con = duckdb.connect(str(self.catalog), read_only=True)
+        con = catalog_connect(str(self.catalog))
         try:
             states = replay_states(con, self.root)
         finally:

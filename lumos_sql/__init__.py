@@ -2,7 +2,8 @@
 
 Each file is one statement (or a short script) run by DuckDB. Parameters are DuckDB's own `$name`
 placeholders or `{{name}}` template slots for identifiers and paths, filled by `render`. The files
-are testable with a bare DuckDB connection; nothing here imports Dagster.
+are testable with a bare DuckDB connection (with `taxonomy.install(con)` where a file classifies
+events: `is_comm(name)`, `kind_collective()`, ...); nothing here imports Dagster.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 
 import lumos_sql
+from lumos_sql import taxonomy
 from warehouse.layout import SCHEMA_FILE, Layout, keep_schema_file
 from warehouse.manifest import commit_lock
 from warehouse.schema import TABLES
@@ -28,6 +29,7 @@ __all__ = [
     "VIEWS",
     "build_catalog",
     "catalog_is_current",
+    "connect",
     "job_events_view",
     "no_trace_message",
     "present_derived_views",
@@ -97,6 +99,7 @@ def views_fingerprint() -> str:
     names += [f"{d}/view" for d in DERIVED_VIEWS if f"{d}/view" in lumos_sql.names()]
     for name in names:
         digest.update(lumos_sql.load(name).encode())
+    digest.update(taxonomy.macros_sql(temp=False).encode())
     # and the tables' schemas: a column added to one rebuilds the catalog, which writes the
     # table's new `_schema.parquet` (`keep_schema_file`)
     for name in sorted(TABLES):
@@ -121,6 +124,7 @@ def build_catalog(warehouse: str | os.PathLike[str]) -> Path:
     try:
         con = duckdb.connect(str(tmp))
         try:
+            con.execute(taxonomy.macros_sql(temp=False))  # is_comm(name), kind_collective(), ...
             slots = {f"{t}_glob": _literal(layout.glob(t)) for t in ("events", "traces")}
             slots["trace_meta_glob"] = _literal(layout.glob("trace_meta"))
             for view in VIEWS:
@@ -194,6 +198,22 @@ def _stamped_views(layout: Layout) -> set[str] | None:
         return set(stamp["views"]) if fresh else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def connect(
+    catalog: str | os.PathLike[str] | None = None,
+    *,
+    read_only: bool = True,
+    config: dict[str, object] | None = None,
+):  # noqa: ANN201 (duckdb is imported lazily)
+    """A DuckDB connection to `catalog`, or in memory (None), with the operator taxonomy's macros
+    (`lumos_sql.taxonomy`: `is_comm(name)`, `op_class(name)`, `kind_collective()`, ...): the
+    catalog file holds them (`build_catalog`); an in-memory connection gets them here."""
+    import duckdb
+
+    if catalog is not None:
+        return duckdb.connect(str(catalog), read_only=read_only, config=config or {})
+    return taxonomy.install(duckdb.connect(config=config or {}))
 
 
 def job_events_view(con, job: str) -> None:  # noqa: ANN001 (duckdb is imported lazily)

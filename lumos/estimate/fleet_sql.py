@@ -20,10 +20,11 @@ def fleet_rows(
     import duckdb
 
     import lumos_sql
+    from warehouse.catalog import connect as catalog_connect
 
     empty: list[list[tuple[Any, ...]]] = [[] for _ in names]
     try:
-        con = duckdb.connect(str(wh.catalog), read_only=True)
+        con = catalog_connect(str(wh.catalog))
     except duckdb.Error:
         return empty, "no catalog"
     try:

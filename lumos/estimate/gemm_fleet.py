@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from lumos.estimate.config import ModelConfig
+from lumos_sql.taxonomy import is_gemm
 
 # width of the Gaussian weight, in doublings of each dimension
 BANDWIDTH = 0.75
@@ -41,7 +42,6 @@ PRIOR = 0.05
 
 Shape = tuple[int, int, int]
 # the library calls (not the linear/matmul wrappers around them)
-GEMM_OPS = frozenset(("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"))
 
 
 def parse_gemm(name: str, dims_text: str | None) -> Shape | None:
@@ -90,7 +90,7 @@ class GemmCurve:
         per: dict[Shape, list[float]] = {}
         jobs: set[str] = set()
         for name, dims, job, _n, med in rows:
-            if name not in GEMM_OPS:
+            if not is_gemm(name):
                 continue
             s = parse_gemm(name, dims)
             if s is None or not med or med <= 0:

@@ -28,6 +28,7 @@ from kernels.graph import Kind
 from lumos.estimate.kernel_work import KClass, gemm_flops, kernel_class, largest_elems
 from lumos.estimate.layers import BLOCK, ShapeRoles, TemplateError, label_step
 from lumos.replay.constants import DeviceConstants
+from warehouse.catalog import connect as catalog_connect
 
 __all__ = ["GpuStep", "GpuStepError", "load_gpu_step", "step_from_tables"]
 
@@ -334,12 +335,11 @@ def load_gpu_step(wh: Any, job: str, *, rank: int = 0, sizes: ShapeRoles | None 
     rebuilt in memory from the job's events (nothing written). `sizes` (`layers.shape_roles` of
     the base configuration) gives operators without a role by name their role by the size of
     their largest input (a cast or a copy of the activations scales with them)."""
-    import duckdb
 
     from lumos.replay.run import replay_job
     from warehouse.catalog import job_events_view
 
-    con = duckdb.connect(str(wh.catalog), read_only=True)
+    con = catalog_connect(str(wh.catalog))
     try:
         job_events_view(con, job)
         if not con.execute(lumos_sql.load("estimate/gpu_tasks"), {"rank": rank}).fetchone()[0]:

@@ -33,6 +33,8 @@ from typing import Any
 
 import lumos_sql
 from lumos.estimate.config import KEYS, ConfigError, ModelConfig
+from lumos_sql.taxonomy import CommPart, comm_part
+from warehouse.catalog import connect as catalog_connect
 from warehouse.catalog import no_trace_message
 
 __all__ = ["Evidence", "Inference", "infer_base", "JobNotFound"]
@@ -539,7 +541,7 @@ def infer_base(wh_or_con: Any, job: str, overrides: Mapping[str, Any] | None = N
     con = wh_or_con
     own = False
     if not isinstance(wh_or_con, duckdb.DuckDBPyConnection):
-        con = duckdb.connect(str(wh_or_con.catalog), read_only=True)
+        con = catalog_connect(str(wh_or_con.catalog))
         own = True
     try:
         return _infer(con, job, dict(overrides or {}))
@@ -641,7 +643,7 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
         return "other"
 
     # One source per rank so an op and its annotation or record_param_comms do not count twice.
-    colls = [r for r in coll_rows if str(r["name"]).startswith("c10d::")]
+    colls = [r for r in coll_rows if comm_part(str(r["name"])) is CommPart.CALL]
     if not colls:
         colls = [r for r in coll_rows if r["name"] == "record_param_comms"] or coll_rows
     kinds: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -2,11 +2,11 @@
 
 A kernel is classed by the innermost CPU operator that launched it (`launch_ops.sql`):
 
-- ``GEMM`` (`GEMM_OPS`): its FLOPs, 2·M·N·K from the operator's input shapes. Its time is
+- ``GEMM`` (`taxonomy.is_gemm`): its FLOPs, 2·M·N·K from the operator's input shapes. Its time is
   ``fixed + FLOPs / rate``, both fitted on the base's own GEMM kernels (`fit_gemm`): a small GEMM
   runs below the GPU's rate (too few tiles to fill it), so a GEMM four times the FLOPs takes
   less than four times as long.
-- ``ATTENTION`` (`is_attention_op`): fused attention forward and backward, tensor-core matrix
+- ``ATTENTION`` (`taxonomy.is_attention`): fused attention forward and backward, tensor-core matrix
   products too: their FLOPs (b·s²·h) above the GEMMs' fixed part.
 - ``OPTIMIZER``: multi-tensor (`_foreach_*`) and fused optimizer kernels, whose work is the
   parameters they update.
@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from lumos.estimate.config import ModelConfig
+from lumos_sql.taxonomy import OpClass, op_class
 
 __all__ = [
-    "GEMM_OPS",
     "KClass",
     "fit_gemm",
     "gemm_flops",
@@ -50,30 +50,19 @@ class KClass(IntEnum):
     OPTIMIZER = 3
 
 
-# matrix products whose launched kernels are GEMMs, with their operand shapes in Input Dims
-GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm")
 # a GEMM size below this share of the base's GEMM time does not shape the fit (`fit_gemm`)
 GEMM_FIT_MIN_SHARE = 0.01
-_ATTENTION_WORDS = ("attention", "flash_attn", "_flash_")
-_OPTIMIZER_PREFIXES = ("aten::_foreach_", "aten::_fused_adam", "aten::_fused_sgd")
-
-
-def is_attention_op(name: str) -> bool:
-    low = name.lower()
-    return any(w in low for w in _ATTENTION_WORDS)
+# the taxonomy's classes whose kernels have a law of their own
+_KCLASS = {
+    OpClass.GEMM: KClass.GEMM,
+    OpClass.ATTENTION: KClass.ATTENTION,
+    OpClass.OPTIMIZER: KClass.OPTIMIZER,
+}
 
 
 def kernel_class(op_name: str | None) -> KClass:
     """The class of a kernel launched inside operator `op_name` (None: launched outside any)."""
-    if not op_name:
-        return KClass.OTHER
-    if op_name in GEMM_OPS:
-        return KClass.GEMM
-    if is_attention_op(op_name):
-        return KClass.ATTENTION
-    if op_name.startswith(_OPTIMIZER_PREFIXES):
-        return KClass.OPTIMIZER
-    return KClass.OTHER
+    return _KCLASS.get(op_class(op_name), KClass.OTHER)
 
 
 def _shapes(input_dims: Any) -> list[list[int]]:

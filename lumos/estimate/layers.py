@@ -49,6 +49,8 @@ from typing import Any
 
 import numpy as np
 
+from lumos_sql.taxonomy import is_attention, is_comm, is_loss, is_norm
+
 # roles: the shape feature an operator's duration follows (see retime.FEATURES)
 ROLES = (
     "const",
@@ -210,7 +212,7 @@ def _fwd_role(
     """A forward op's role. A layer's linears, in order: its `n_qkv` Q, K, V projections (the
     linears before its attention op: one fused, or three), the output projection right after
     the attention, the MLP's up (and gate) projections, and its down projection last."""
-    if is_attention_name(name):
+    if is_attention(name):
         return "attn"
     s = _short(name)
     if s in _GEMM:
@@ -252,7 +254,7 @@ def _cut_step(
         key = (int(r["fwd_mb"]), int(r["layer"]))
         if _short(r["name"]) in _GEMM:
             n_linear[key] = n_linear.get(key, 0) + 1
-        elif is_attention_name(r["name"]) and key not in n_qkv:
+        elif is_attention(r["name"]) and key not in n_qkv:
             n_qkv[key] = n_linear.get(key, 0)
     first_fwd = next((i for i, r in enumerate(rows) if r["fwd_mb"] is not None), None)
     if first_fwd is None:
@@ -264,7 +266,7 @@ def _cut_step(
     opt_started = False
     for i, r in enumerate(rows):
         name = r["name"]
-        if name.startswith("c10d::") or name.startswith("gloo:"):
+        if is_comm(name):
             continue  # communication is re-created by the transforms
         layer = -1 if r["layer"] is None else int(r["layer"])
         fmb, bmb = r["fwd_mb"], r["bwd_mb"]
@@ -344,17 +346,6 @@ def _last_layer(out: dict[str, list[Any]], mb: int) -> int:
     return -1
 
 
-def is_attention_name(name: str) -> bool:
-    """An attention operator or its backward node, fused or not (by name)."""
-    s = _short(name)
-    return s == "scaled_dot_product_attention" or "attention" in s or "flash" in s
-
-
-def _is_loss(name: str) -> bool:
-    s = _short(name)
-    return any(x in s for x in ("cross_entropy", "nll_loss", "mse_loss"))
-
-
 def _is_compiled(name: str) -> bool:
     """A torch.compile region or its autograd function (Dynamo and AOTAutograd's names)."""
     return name.startswith("Torch-Compiled Region") or name.startswith("CompiledFunction")
@@ -362,10 +353,6 @@ def _is_compiled(name: str) -> bool:
 
 def _is_bwd(name: str) -> bool:
     return name.startswith("autograd::")
-
-
-def _is_comm(name: str) -> bool:
-    return name.startswith("c10d::") or name.startswith("gloo:") or name.startswith("nccl:")
 
 
 def _period_layers(rows: list[dict[str, Any]], fwd: list[int], job: str) -> list[list[range]]:
@@ -378,7 +365,7 @@ def _period_layers(rows: list[dict[str, Any]], fwd: list[int], job: str) -> list
     closest before the attention (pre-LN blocks), else the longest match before the attention.
     """
     names = [rows[i]["name"] for i in fwd]
-    att = [j for j, n in enumerate(names) if is_attention_name(n)]
+    att = [j for j, n in enumerate(names) if is_attention(n)]
     compiled = sorted({str(r["name"]) for r in rows if _is_compiled(str(r["name"]))})
     if len(att) < 2 and compiled:
         raise TemplateError(
@@ -412,7 +399,7 @@ def _period_layers(rows: list[dict[str, Any]], fwd: list[int], job: str) -> list
         )
         lo, hi = max(lo, p - k_post), min(hi, k_pre)
         k_pre_max = max(k_pre_max, k_pre)
-    norms = [k for k in range(max(lo, 1), hi + 1) if "norm" in _short(unit[p - k])]
+    norms = [k for k in range(max(lo, 1), hi + 1) if is_norm(unit[p - k])]
     off = norms[0] if norms else (hi if lo <= hi else min(k_pre_max, p - 1))
     out: list[list[range]] = []
     for run in runs:
@@ -449,7 +436,7 @@ def _infer_labels(rows: list[dict[str, Any]], job: str) -> tuple[list[dict[str, 
     rows = [dict(r) for r in rows]
     n = len(rows)
     opt0 = next((i for i, r in enumerate(rows) if r["in_optimizer"]), n)
-    fwd = [i for i in range(opt0) if not _is_bwd(rows[i]["name"]) and not _is_comm(rows[i]["name"])]
+    fwd = [i for i in range(opt0) if not _is_bwd(rows[i]["name"]) and not is_comm(rows[i]["name"])]
     if any(rows[i].get("mod_layer") is not None for i in fwd):
         runs, how = _module_layers(rows, fwd), "module names (layer index)"
     else:
@@ -490,7 +477,7 @@ def _infer_labels(rows: list[dict[str, Any]], job: str) -> tuple[list[dict[str, 
             post_end = lnk[-1] + 1 if lnk else g0
             for i in range(g0, post_end):
                 rows[i]["fwd_mb"] = k - 1
-                if _is_loss(rows[i]["name"]):
+                if is_loss(rows[i]["name"]):
                     # the loss and the logits' reshapes right before it scale with the vocabulary
                     j = i
                     while j >= g0 and (j == i or _short(rows[j]["name"]) in ("reshape", "view")):
@@ -716,12 +703,12 @@ def extract_template(
     path = template_path(wh.root, job)
     if cache and path.exists():
         return Template.load(path)
-    import duckdb
 
     import lumos_sql
+    from warehouse.catalog import connect as catalog_connect
     from warehouse.catalog import job_events_view
 
-    con = duckdb.connect(str(wh.catalog), read_only=True)
+    con = catalog_connect(str(wh.catalog))
     try:
         job_events_view(con, job)  # template_tasks reads the job's own files
         cur = con.execute(lumos_sql.load("estimate/template_tasks"), {"job": job})

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from lumos.estimate.gemm_fleet import GemmCurve
+from lumos_sql.taxonomy import is_attention
 
 # a backward op in the template is the autograd engine's frame around the node that has shapes
 AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "
@@ -44,11 +45,6 @@ def op_key(name: str) -> str:
     """The name under which an op's samples are kept: a template's backward op is the autograd
     engine's frame around the node whose shapes the trace records."""
     return name[len(AUTOGRAD_PREFIX) :] if name.startswith(AUTOGRAD_PREFIX) else name
-
-
-def is_attention(name: str) -> bool:
-    s = name.lower()
-    return "attention" in s or "flash_attn" in s or "fusedattn" in s
 
 
 def parse_attention(dims_text: str | None) -> AttnShape | None:

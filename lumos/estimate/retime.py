@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from lumos.estimate.config import ModelConfig
-from lumos.estimate.layers import ROLE, ROLES, Template, is_attention_name
+from lumos.estimate.layers import ROLE, ROLES, Template
 from lumos.estimate.memory import (
     EMBEDDING_TENSORS,
     HEAD_TENSORS,
@@ -51,6 +51,7 @@ from lumos.estimate.memory import (
     stage_layers,
     tensors_per_layer,
 )
+from lumos_sql.taxonomy import is_attention
 
 GEMM_ROLES = ("gemm_qkv", "gemm_out", "gemm_up", "gemm_down", "gemm_head")
 TOKEN_ROLES = ("tok_h", "tok_f", "tok_v", "emb")
@@ -268,7 +269,7 @@ def _unfused_attention(tpl: Template) -> bool:
     bwd = np.flatnonzero((tpl.role == ROLE["attn"]) & (tpl.bwd == 1))
     if bwd.size == 0 or len(tpl.names) != len(tpl.role):
         return False
-    return not any(is_attention_name(tpl.names[i]) for i in bwd)
+    return not any(is_attention(tpl.names[i]) for i in bwd)
 
 
 def attention_compute_share(tpl: Template, base: ModelConfig, fixed: np.ndarray) -> float:

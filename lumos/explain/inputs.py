@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import lumos_sql
+from warehouse.catalog import connect as catalog_connect
 from warehouse.catalog import threads_for, threads_for_rows
 from warehouse.layout import Layout, encode_job
 
@@ -172,12 +173,11 @@ def _is_identity(order: pa.Array) -> bool:
 
 def from_tables(job: str, tables: Mapping[str, pa.Table]) -> JobTables:
     """Explanation inputs from in-memory replay tables (e.g. `JobReplay.tables`)."""
-    import duckdb
 
     missing = [t for t in INPUT_TABLES if t not in tables]
     if missing:
         raise ExplainInputError(f"{job}: replay tables {missing} not given")
-    con = duckdb.connect(config={"threads": threads_for_rows(tables["tasks"].num_rows)})
+    con = catalog_connect(config={"threads": threads_for_rows(tables["tasks"].num_rows)})
     try:
         for name in INPUT_TABLES:
             con.register(name, tables[name])
@@ -202,7 +202,6 @@ def job_file(warehouse: str | os.PathLike[str], table: str, job: str) -> Path:
 
 def load_job(warehouse: str | os.PathLike[str], job: str) -> JobTables:
     """Explanation inputs of `job` from the warehouse; a clear error when it was not replayed."""
-    import duckdb
 
     paths = {t: job_file(warehouse, t, job) for t in INPUT_TABLES}
     missing = [str(p) for p in paths.values() if not p.is_file()]
@@ -211,7 +210,7 @@ def load_job(warehouse: str | os.PathLike[str], job: str) -> JobTables:
             f"{Layout.at(warehouse).root}: job {job!r} has no replay tables ({missing[0]} is "
             f"missing): run `lumos replay --job {job}` first"
         )
-    con = duckdb.connect()
+    con = catalog_connect()
     try:
         slots = {t: "'" + str(p).replace("'", "''") + "'" for t, p in paths.items()}
         con.execute(lumos_sql.render("explain/job_files", **slots))

@@ -38,6 +38,7 @@ import pandas as pd
 import pyarrow as pa
 
 import lumos_sql
+from warehouse.catalog import connect as catalog_connect
 from warehouse.catalog import job_events_view
 from warehouse.layout import SCHEMA_FILE, Layout, empty_table, encode_job, write_parquet_atomic
 from warehouse.schema import COLLECTIVES
@@ -107,12 +108,11 @@ def _parse_ranks(text: object) -> list[int] | None:
 
 
 def _connect(warehouse: str | os.PathLike[str]):  # noqa: ANN202 (duckdb is imported lazily)
-    import duckdb
 
     from lumos.api import Warehouse
 
     wh = Warehouse.open(warehouse)
-    return duckdb.connect(str(wh.catalog), read_only=True)
+    return catalog_connect(str(wh.catalog))
 
 
 def extract_collectives(

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 import lumos_sql
 from lumos.explain.inputs import job_file
+from warehouse.catalog import connect as catalog_connect
 from warehouse.layout import write_parquet_atomic
 from warehouse.schema import REPLAY_QUALITY, REPLAY_RUNS
 from warehouse.windows import windows_of
@@ -239,9 +240,8 @@ _WORKER: dict[str, object] = {}
 
 
 def _init_worker(catalog: str, threads: int) -> None:
-    import duckdb
 
-    con = duckdb.connect(catalog, read_only=True)
+    con = catalog_connect(catalog)
     # the pool's processes already share the cores: DuckDB's own threads would oversubscribe
     # them. A setting, not a connect-time config: a multi-rank job's collectives open the same
     # catalog again, and DuckDB refuses a second connection with another configuration.
@@ -290,7 +290,6 @@ def replay_fleet(
     `force`; `with_windows` adds each named job's later profiling windows (`<job>/steps-N`,
     warehouse/windows.py). `on_job(outcome, done, total)` is called as each job finishes
     (progress). Raises ValueError for a job the warehouse does not hold."""
-    import duckdb
 
     from lumos.api import Warehouse
     from lumos.replay.run import resolve_jobs
@@ -300,7 +299,7 @@ def replay_fleet(
     started = time.perf_counter()
     wh = Warehouse.open(warehouse)
     root = wh.root
-    con = duckdb.connect(str(wh.catalog), read_only=True)
+    con = catalog_connect(str(wh.catalog))
     outcomes: list[JobOutcome] = []
     try:
         names = resolve_jobs(con, jobs, root)

@@ -27,6 +27,7 @@ from lumos.replay.build import TaskColumns, build_graph
 from lumos.replay.constants import DeviceConstants, estimate, to_arrow
 from lumos.replay.multirank import MODE as MULTIRANK
 from lumos.replay.multirank import build_multirank
+from warehouse.catalog import connect as catalog_connect
 from warehouse.catalog import job_events_view, no_trace_message, threads_for
 from warehouse.layout import Layout, encode_job, write_parquet_atomic
 from warehouse.schema import SCHEDULES, TABLES
@@ -343,12 +344,11 @@ def run(
     """Replay `jobs` (default: every job with an ingested trace) of the warehouse; the first
     failure raises. Every job's tables stay in memory: this is for a few jobs (tests, notebooks);
     `lumos.replay.fleet` replays a fleet one job at a time and records failures per job."""
-    import duckdb
 
     from lumos.api import Warehouse
 
     wh = Warehouse.open(warehouse)
-    con = duckdb.connect(str(wh.catalog), read_only=True)
+    con = catalog_connect(str(wh.catalog))
     try:
         todo = resolve_jobs(con, jobs, wh.root)
         return [replay_and_write(wh.root, con, job, write=write) for job in todo]

@@ -16,7 +16,7 @@ k AS (
     SELECT *
     FROM ev
     WHERE cat = 'kernel' AND ph = 'X'
-      AND (name ILIKE 'nccl%' OR name ILIKE 'rccl%')
+      AND is_comm_kernel(name)
 ),
 launch AS (
     SELECT r.rank, r.pid, r.tid, r.ts_ns, r.correlation
@@ -30,7 +30,7 @@ comm_ops AS (
            group_size, dtype, pg_name, pg_desc, pg_ranks, seq, input_dims, input_types
     FROM ev
     WHERE cat IN ('cpu_op', 'user_annotation')
-      AND (name = 'record_param_comms' OR name LIKE 'nccl:%' OR name LIKE 'c10d::%')
+      AND comm_part(name) IN ('record', 'work', 'call')
 ),
 around AS (
     -- innermost (latest-starting) enclosing op of each kind around each launch
@@ -46,10 +46,10 @@ around AS (
         arg_max(o.pg_name, o.ts_ns) FILTER (WHERE o.name = 'record_param_comms' AND o.coll_name IS NOT NULL) AS r_pg,
         arg_max(o.pg_ranks, o.ts_ns) FILTER (WHERE o.name = 'record_param_comms' AND o.coll_name IS NOT NULL) AS r_pg_ranks,
         arg_max(o.seq, o.ts_ns) FILTER (WHERE o.name = 'record_param_comms' AND o.coll_name IS NOT NULL) AS r_seq,
-        arg_max(o.name, o.ts_ns) FILTER (WHERE o.name LIKE 'nccl:%') AS a_name,
-        arg_max(o.input_dims, o.ts_ns) FILTER (WHERE o.name LIKE 'nccl:%') AS a_dims,
-        arg_max(o.input_types, o.ts_ns) FILTER (WHERE o.name LIKE 'nccl:%') AS a_types,
-        arg_min(o.name, o.ts_ns) FILTER (WHERE o.name LIKE 'c10d::%') AS c_name
+        arg_max(o.name, o.ts_ns) FILTER (WHERE comm_part(o.name) = 'work') AS a_name,
+        arg_max(o.input_dims, o.ts_ns) FILTER (WHERE comm_part(o.name) = 'work') AS a_dims,
+        arg_max(o.input_types, o.ts_ns) FILTER (WHERE comm_part(o.name) = 'work') AS a_types,
+        arg_min(o.name, o.ts_ns) FILTER (WHERE comm_part(o.name) = 'call') AS c_name
     FROM launch AS l
     JOIN comm_ops AS o
         ON o.rank = l.rank AND o.pid = l.pid AND o.tid = l.tid
@@ -87,18 +87,19 @@ gpu AS (
     LEFT JOIN around AS a ON a.rank = k.rank AND a.correlation = k.correlation
 ),
 gloo AS (
-    -- gloo runs a collective on a CPU thread: its `gloo:<name>` annotation spans the work
+    -- gloo runs a collective on a CPU thread: its `gloo:<name>` annotation (the backend's
+    -- span of the work, comm_part 'work') spans it
     SELECT
         e.job, e.rank, e.trace_sha256, e.event_idx, 'cpu' AS kind, e.name AS kernel_name,
         NULL::BIGINT AS device, NULL::BIGINT AS stream, e.correlation, e.ts_ns AS start_ns,
         e.dur_ns, e.ts_ns AS issue_ns, 'annotation' AS args_source,
-        substr(e.name, 6) AS coll_name,
+        split_part(e.name, ':', 2) AS coll_name,
         CAST(list_product(TRY_CAST(json_extract(e.input_dims, '$[0]') AS BIGINT[])) AS BIGINT)
             AS in_nelems,
         NULL::BIGINT AS out_nelems, json_extract_string(e.input_types, '$[0]') AS dtype,
         NULL::BIGINT AS group_size, NULL AS pg_name, NULL AS pg_ranks, NULL::BIGINT AS seq
     FROM ev AS e
-    WHERE e.cat = 'user_annotation' AND e.name LIKE 'gloo:%'
+    WHERE e.cat = 'user_annotation' AND comm_part(e.name) = 'work'
       AND e.rank NOT IN (SELECT DISTINCT rank FROM k)
 ),
 cpu AS (

@@ -19,8 +19,7 @@ WITH e AS (
     WHERE job = $job AND cat = 'cpu_op' AND ph = 'X'
 ), kinds AS (
     SELECT *,
-           (lower(name) LIKE '%attention%' OR lower(name) LIKE '%flash_attn%'
-            OR lower(name) LIKE '%fusedattn%') AND lower(name) NOT LIKE '%backward%'
+           is_attention(name) AND lower(name) NOT LIKE '%backward%'
                AS is_attention
     FROM e
 ), calls AS (

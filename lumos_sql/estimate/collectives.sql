@@ -16,7 +16,6 @@ SELECT
 FROM job_events
 WHERE job = $job
   AND cat IN ('cpu_op', 'user_annotation')
-  AND (name LIKE 'c10d::%' OR name = 'record_param_comms' OR name LIKE 'nccl:%'
-       OR name LIKE 'gloo:%')
+  AND comm_part(name) IN ('call', 'record', 'work')
 GROUP BY ALL
 ORDER BY rank, first_ns;

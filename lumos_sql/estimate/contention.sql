@@ -48,8 +48,7 @@ WITH jobs AS (
     SELECT job, name, dims, slot AS dur_ns FROM slots
     -- only ops whose shapes are recorded: a backward function's name alone matches ops of other
     -- sizes in other jobs
-    WHERE slot > 0 AND regexp_matches(shape, '[0-9]') AND name NOT LIKE 'c10d::%'
-      AND name NOT LIKE '%nccl%' AND name NOT LIKE 'gloo:%'
+    WHERE slot > 0 AND regexp_matches(shape, '[0-9]') AND NOT is_comm(name)
       AND NOT borrowed_attention($job, $exclude, job, name)
 ), per_job AS (
     SELECT job, name, dims, count(*) AS n, median(dur_ns) AS med

@@ -27,7 +27,7 @@ CREATE OR REPLACE TEMP MACRO foreign_attention(base, excl) AS TABLE
 WITH impl AS (
     SELECT job, string_agg(DISTINCT name, ',' ORDER BY name) AS names
     FROM events
-    WHERE cat = 'cpu_op' AND lower(name) LIKE '%attention%' AND lower(name) NOT LIKE '%backward%'
+    WHERE cat = 'cpu_op' AND is_attention(name) AND lower(name) NOT LIKE '%backward%'
       AND job IN (SELECT job FROM fleet_jobs(base, excl))
     GROUP BY job
 )
@@ -37,7 +37,7 @@ WHERE names IS DISTINCT FROM (SELECT names FROM impl WHERE job = base);
 -- borrowed_attention(base, excl, op_job, op_name): an op of job `op_job` that is attention run
 -- by another kernel than the base's (foreign_attention): the fleet queries leave such ops out.
 CREATE OR REPLACE TEMP MACRO borrowed_attention(base, excl, op_job, op_name) AS
-    lower(op_name) LIKE '%attention%'
+    is_attention(op_name)
     AND op_job IN (SELECT job FROM foreign_attention(base, excl));
 
 -- subclass_jobs(base, excl): the jobs of fleet_jobs(base, excl) whose ops run on a tensor

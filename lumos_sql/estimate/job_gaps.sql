@@ -43,7 +43,7 @@ WITH jobs AS (
     SELECT job, name, count(*) AS n, median(gap) AS med
     FROM gaps
     -- a collective's neighbours wait for peers, not for Python
-    WHERE gap >= 0 AND name NOT LIKE 'c10d::%' AND name NOT LIKE '%nccl%' AND name NOT LIKE 'gloo:%'
+    WHERE gap >= 0 AND NOT is_comm(name)
     GROUP BY job, name
 ), base AS (
     SELECT name, n, med FROM per_name WHERE job = $job

@@ -20,7 +20,7 @@ WITH jobs AS (
       AND e.cat = 'cpu_op' AND e.ph = 'X' AND e.dur_ns > 0
       -- only ops whose shapes are recorded: a name alone matches ops of other sizes
       AND regexp_matches(coalesce(e.input_dims, ''), '[0-9]')
-      AND e.name NOT LIKE 'c10d::%' AND e.name NOT LIKE '%nccl%' AND e.name NOT LIKE 'gloo:%'
+      AND NOT is_comm(e.name)
       AND NOT borrowed_attention($job, $exclude, e.job, e.name)
     GROUP BY ALL
 ), base AS (

@@ -6,7 +6,7 @@ WITH fwd AS (
     SELECT rank, min(ts_ns) AS first_fwd_ns, max(ts_ns) AS last_fwd_ns, count(*) AS n_fwd
     FROM job_events
     WHERE job = $job AND cat = 'cpu_op' AND ts_ns >= $t0 AND ts_ns < $t1
-      AND (lower(name) LIKE '%attention%' OR lower(name) LIKE '%flash_attn%')
+      AND is_attention(name)
       AND lower(name) NOT LIKE '%backward%'
     GROUP BY rank
 ),

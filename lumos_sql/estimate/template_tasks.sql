@@ -158,7 +158,7 @@ WITH steps AS (
                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
     FROM job_events
     WHERE job = $job AND ph = 'X' AND dur_ns > 0 AND cat IN ('user_annotation', 'cpu_op')
-      AND (starts_with(name, 'gloo:') OR starts_with(name, 'nccl:') OR starts_with(name, 'mpi:'))
+      AND comm_part(name) = 'work'
 ), islands AS (
     SELECT rank, isl, min(a) AS a, max(b) AS b
     FROM (SELECT rank, a, b,
@@ -192,11 +192,10 @@ WITH steps AS (
     -- wait for a collective issued earlier (functional collectives, DTensor's: the op that first
     -- reads an all-reduce's output waits in `wait_tensor`): the wait
     SELECT rank, tid, grp,
-           bool_or(starts_with(name, 'c10d::')) AS calls,
-           sum(dur_ns) FILTER (WHERE ends_with(name, 'c10d_functional::wait_tensor')) AS wait_ns
+           bool_or(comm_part(name) = 'call') AS calls,
+           sum(dur_ns) FILTER (WHERE comm_part(name) = 'wait') AS wait_ns
     FROM tops
-    WHERE NOT is_top AND (starts_with(name, 'c10d::')
-                          OR ends_with(name, 'c10d_functional::wait_tensor'))
+    WHERE NOT is_top AND comm_part(name) IN ('call', 'wait')
     GROUP BY ALL
 ), frames AS (
     -- tensor-subclass dispatch frames (DTensor): the ops directly inside one run on the local
@@ -215,7 +214,7 @@ WITH steps AS (
 ), subclass AS (
     SELECT rank, tid, grp,
            sum(dur_ns) FILTER (WHERE is_child
-                               AND NOT ends_with(name, 'c10d_functional::wait_tensor'))
+                               AND comm_part(name) IS DISTINCT FROM 'wait')
                AS local_ns
     FROM in_frame GROUP BY ALL
 ), nested_replay AS (

@@ -10,10 +10,10 @@
 -- * GPU task: the step of its launching runtime call, never its GPU time (the GPU can run 90 ms
 --   behind the CPU). A GPU task without a launch in the trace has no step: it still counts in
 --   the GPU timeline (breakdown, utilisation) of whatever step's span it falls in.
--- Class `cls` of a GPU task: 1 = communication (NCCL/RCCL collective and p2p kernels, kind 14 or a
--- collective-looking name; peer-to-peer memcpy "PtoP"/"Peer"), 0 = compute (every other kernel,
+-- Class `cls` of a GPU task: 1 = communication (a collective kernel, `is_comm_kernel`, or a
+-- peer-to-peer copy, `is_peer_copy`: lumos_sql/taxonomy.py), 0 = compute (every other kernel,
 -- memcpy and memset: they occupy the GPU and are not inter-GPU communication), NULL for CPU tasks
--- and zero-length stream-wait tasks (kind 13).
+-- and zero-length stream-wait tasks (kind_gpu_wait()).
 CREATE OR REPLACE TEMP TABLE x_it AS
 SELECT rank, step, warmup, truncated, cpu_start_ns, coalesce(next_start_ns, cpu_end_ns) AS stop_ns
 FROM iterations;
@@ -29,12 +29,9 @@ WHERE t.abs_ns < i.stop_ns;
 CREATE OR REPLACE TEMP TABLE x_cls AS
 SELECT kind, name,
        CAST(CASE
-           WHEN kind = 13 THEN NULL
-           WHEN kind = 14
-             OR regexp_matches(name, '(?i)(nccl|rccl|allreduce|all_reduce|allgather|all_gather|'
-                                     || 'reducescatter|reduce_scatter|alltoall|all_to_all|'
-                                     || 'sendrecv)')
-             OR (kind = 11 AND regexp_matches(name, '(?i)(ptop|peer)')) THEN 1
+           WHEN kind = kind_gpu_wait() THEN NULL
+           WHEN kind = kind_collective() OR is_comm_kernel(name)
+             OR (kind = kind_gpu_memcpy() AND is_peer_copy(name)) THEN 1
            ELSE 0
        END AS TINYINT) AS cls
 FROM (SELECT DISTINCT kind, name FROM tasks WHERE is_gpu);

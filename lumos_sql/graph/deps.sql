@@ -147,7 +147,7 @@ WITH geo AS (
     FROM g_gpu_t AS g
     JOIN tasks AS t USING (rank, task)
     JOIN g_ev AS e ON e.rank = t.rank AND e.event_idx = t.event_idx
-    WHERE t.kind IN (10, 14) AND e.warps_per_sm > 0 AND e.occupancy_pct >= 0
+    WHERE t.kind IN (kind_gpu_kernel(), kind_collective()) AND e.warps_per_sm > 0 AND e.occupancy_pct >= 0
 ), wide AS (
     SELECT *, (end_ns - ts_ns) / waves AS wave_ns FROM geo WHERE waves >= 2
 ), x AS (
@@ -157,7 +157,7 @@ WITH geo AS (
     FROM g_gpu_t AS g
     JOIN tasks AS t USING (rank, task)
     JOIN g_const AS c ON c.rank = g.rank AND c.device = g.device
-    WHERE t.kind IN (10, 12, 14)
+    WHERE t.kind IN (kind_gpu_kernel(), kind_gpu_memset(), kind_collective())
 ), cand AS (
     SELECT x.*, s.proc AS other
     FROM x

@@ -5,7 +5,7 @@
 -- (zero-length pieces dropped). A blocking copy (its call returns after its copy ends) becomes an
 -- `copy_issue` task (carries the launch; lasts min(call, the rank's median launch call)) and a
 -- `copy_wait` task (waits at runtime for the copy's stream), otherwise launch + wait form a cycle.
--- GPU: kernels, memcpy, memset on their stream. Collectives (NCCL/RCCL kernels) get kind 14.
+-- GPU: kernels, memcpy, memset on their stream. Collectives (NCCL/RCCL kernels, `is_comm_kernel`) get kind_collective().
 --
 -- Ids: per rank, tasks are numbered by (ts, processor, end, sub): so every processor's queue is its
 -- tasks in traced order, as the replay kernel requires. Processors: CPU threads first (by pid,
@@ -185,27 +185,27 @@ SELECT
     m.name,
     m.role,
     CAST(CASE
-        WHEN m.role = 'op' THEN 0
-        WHEN m.role IN ('launch', 'copy_issue') THEN 2
-        WHEN m.role IN ('stream_sync', 'device_sync', 'event_sync', 'copy_wait') THEN 3
-        WHEN m.role = 'record' AND m.t_proc IS NOT NULL THEN 4
-        WHEN m.role IN ('record', 'runtime', 'stream_wait') THEN 1
-        WHEN m.role = 'kernel' AND (m.name ILIKE '%nccl%' OR m.name ILIKE '%rccl%') THEN 14
-        WHEN m.role = 'kernel' THEN 10
-        WHEN m.role = 'memcpy' THEN 11
-        ELSE 12
+        WHEN m.role = 'op' THEN kind_cpu_op()
+        WHEN m.role IN ('launch', 'copy_issue') THEN kind_launch()
+        WHEN m.role IN ('stream_sync', 'device_sync', 'event_sync', 'copy_wait') THEN kind_sync()
+        WHEN m.role = 'record' AND m.t_proc IS NOT NULL THEN kind_event_record()
+        WHEN m.role IN ('record', 'runtime', 'stream_wait') THEN kind_runtime()
+        WHEN m.role = 'kernel' AND is_comm_kernel(m.name) THEN kind_collective()
+        WHEN m.role = 'kernel' THEN kind_gpu_kernel()
+        WHEN m.role = 'memcpy' THEN kind_gpu_memcpy()
+        ELSE kind_gpu_memset()
     END AS TINYINT) AS kind,
     m.ts_ns - m.origin_ns AS ts_ns,
     m.end_ns - m.ts_ns AS dur_ns,
     m.model_dur_ns,
     -- runtime dependency: Rt code and argument (stream processor, dense device, record task)
     CAST(CASE
-        WHEN m.role IN ('stream_sync', 'copy_wait') AND m.t_proc IS NOT NULL THEN 1
-        WHEN m.role = 'event_sync' AND m.record_task IS NOT NULL THEN 3
+        WHEN m.role IN ('stream_sync', 'copy_wait') AND m.t_proc IS NOT NULL THEN rt_stream()
+        WHEN m.role = 'event_sync' AND m.record_task IS NOT NULL THEN rt_event()
         WHEN m.role IN ('device_sync', 'stream_sync', 'event_sync') AND m.rank_dev IS NOT NULL
-            THEN 2
-        WHEN m.role = 'record' AND m.t_proc IS NOT NULL THEN 4
-        ELSE 0
+            THEN rt_device()
+        WHEN m.role = 'record' AND m.t_proc IS NOT NULL THEN rt_record()
+        ELSE rt_none()
     END AS TINYINT) AS rt_mode,
     CASE
         WHEN m.role IN ('stream_sync', 'copy_wait') AND m.t_proc IS NOT NULL THEN m.t_proc

@@ -1,0 +1,250 @@
+"""The operator taxonomy: what an event is, decided once for SQL and Python.
+
+The rules are data (`COMM_RULES`, `CLASS_RULES`). Python asks `op_class`, `comm_part` and the
+`is_*` functions; SQL calls DuckDB macros of the same names that `install` renders from the same
+rules, together with the task-kind and runtime-dependency codes of `kernels.graph` as
+`kind_<name>()` and `rt_<name>()`. `tests/test_taxonomy.py` checks that both agree on every event
+name of the shared traces. `lumos sql` installs the macros too, for the user's own queries.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import cache
+from typing import Any, NamedTuple
+
+from kernels.graph import Kind, Rt
+
+__all__ = [
+    "CLASS_RULES",
+    "COMM_RULES",
+    "CommPart",
+    "OpClass",
+    "Rule",
+    "comm_part",
+    "install",
+    "is_attention",
+    "is_comm",
+    "is_comm_kernel",
+    "is_gemm",
+    "is_loss",
+    "is_norm",
+    "is_optimizer",
+    "is_peer_copy",
+    "macros_sql",
+    "op_class",
+]
+
+
+class OpClass(StrEnum):
+    """What an operator, annotation or kernel computes (`op_class`)."""
+
+    COMM = "comm"
+    ATTENTION = "attention"
+    GEMM = "gemm"
+    LOSS = "loss"
+    NORM = "norm"
+    OPTIMIZER = "optimizer"
+    OTHER = "other"
+
+
+class CommPart(StrEnum):
+    """Which part of a collective an event is (`comm_part`)."""
+
+    WAIT = "wait"  # functional collectives' wait (`_c10d_functional::wait_tensor`)
+    CALL = "call"  # the process group's call (`c10d::allreduce_`), which waits when synchronous
+    ISSUE = "issue"  # a functional collective's asynchronous issue (`_c10d_functional::all_reduce`)
+    WORK = "work"  # the backend's span of the work (`gloo:all_reduce`, `nccl:all_reduce`, `mpi:`)
+    RECORD = "record"  # the profiler's record of its arguments (`record_param_comms`)
+    KERNEL = "kernel"  # the GPU kernel (NCCL / RCCL)
+
+
+class Rule(NamedTuple):
+    """`test` of `pattern` on an event name: `prefix`, `suffix` and `equals` compare the name as
+    written; `word` looks for the pattern in the name lower-cased with `_` removed, so that
+    `aten::native_layer_norm` and `NativeLayerNormBackward0` both hold `layernorm`."""
+
+    test: str
+    pattern: str
+
+
+# First match wins, in this order: a functional wait is not a call, `nccl:` is the backend's
+# work annotation while any other name holding `nccl` is a kernel.
+COMM_RULES: tuple[tuple[CommPart, tuple[Rule, ...]], ...] = (
+    (CommPart.WAIT, (Rule("suffix", "c10d_functional::wait_tensor"),)),
+    (CommPart.CALL, (Rule("prefix", "c10d::"),)),
+    (CommPart.ISSUE, (Rule("word", "c10dfunctional::"),)),
+    (CommPart.WORK, (Rule("prefix", "gloo:"), Rule("prefix", "nccl:"), Rule("prefix", "mpi:"))),
+    (CommPart.RECORD, (Rule("equals", "record_param_comms"),)),
+    (CommPart.KERNEL, (Rule("word", "nccl"), Rule("word", "rccl"))),
+)
+
+# After communication, first match wins: attention before GEMM (`aten::bmm` is a GEMM, but a
+# fused attention operator that holds GEMMs is attention), loss before normalisation.
+CLASS_RULES: tuple[tuple[OpClass, tuple[Rule, ...]], ...] = (
+    (
+        OpClass.ATTENTION,
+        tuple(Rule("word", w) for w in ("attention", "flash", "sdpa", "fusedattn")),
+    ),
+    (
+        OpClass.GEMM,
+        tuple(
+            Rule("equals", n)
+            for n in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm")
+        ),
+    ),
+    (
+        OpClass.LOSS,
+        tuple(
+            Rule("word", w)
+            for w in ("crossentropy", "nllloss", "mseloss", "l1loss", "huberloss", "kldiv")
+        ),
+    ),
+    (
+        OpClass.NORM,
+        tuple(
+            Rule("word", w)
+            for w in ("layernorm", "rmsnorm", "groupnorm", "batchnorm", "instancenorm")
+        ),
+    ),
+    (
+        OpClass.OPTIMIZER,
+        (
+            Rule("prefix", "aten::_foreach_"),
+            Rule("prefix", "aten::_fused_adam"),
+            Rule("prefix", "aten::_fused_sgd"),
+            Rule("prefix", "Optimizer.step#"),
+            Rule("prefix", "Optimizer.zero_grad#"),
+        ),
+    ),
+)
+
+# A copy between two GPUs (`Memcpy PtoP (Device -> Device)`): communication when it is a copy task.
+PEER_COPY_RULES = (Rule("word", "ptop"), Rule("word", "peer"))
+
+
+def _folded(name: str) -> str:
+    return name.lower().replace("_", "")
+
+
+def _match(rule: Rule, name: str, folded: str) -> bool:
+    if rule.test == "prefix":
+        return name.startswith(rule.pattern)
+    if rule.test == "suffix":
+        return name.endswith(rule.pattern)
+    if rule.test == "equals":
+        return name == rule.pattern
+    return _folded(rule.pattern) in folded
+
+
+def _first(rules: tuple[tuple[Any, tuple[Rule, ...]], ...], name: str) -> Any:
+    folded = _folded(name)
+    for value, group in rules:
+        if any(_match(r, name, folded) for r in group):
+            return value
+    return None
+
+
+@cache
+def comm_part(name: str | None) -> CommPart | None:
+    """The part of a collective that event `name` is, None when it is not communication."""
+    return _first(COMM_RULES, name) if name else None
+
+
+@cache
+def op_class(name: str | None) -> OpClass:
+    """What event `name` computes (OTHER for an unknown or missing name)."""
+    if not name:
+        return OpClass.OTHER
+    if comm_part(name) is not None:
+        return OpClass.COMM
+    return _first(CLASS_RULES, name) or OpClass.OTHER
+
+
+def is_comm(name: str | None) -> bool:
+    return comm_part(name) is not None
+
+
+def is_comm_kernel(name: str | None) -> bool:
+    return comm_part(name) is CommPart.KERNEL
+
+
+def is_attention(name: str | None) -> bool:
+    return op_class(name) is OpClass.ATTENTION
+
+
+def is_gemm(name: str | None) -> bool:
+    return op_class(name) is OpClass.GEMM
+
+
+def is_loss(name: str | None) -> bool:
+    return op_class(name) is OpClass.LOSS
+
+
+def is_norm(name: str | None) -> bool:
+    return op_class(name) is OpClass.NORM
+
+
+def is_optimizer(name: str | None) -> bool:
+    return op_class(name) is OpClass.OPTIMIZER
+
+
+def is_peer_copy(name: str | None) -> bool:
+    """A GPU copy between devices, by its name (the caller checks that the task is a copy)."""
+    return bool(name) and any(_match(r, name, _folded(name)) for r in PEER_COPY_RULES)
+
+
+# ---- SQL rendering ---------------------------------------------------------------------------
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _sql_match(rule: Rule) -> str:
+    if rule.test == "prefix":
+        return f"starts_with(n, {_sql_str(rule.pattern)})"
+    if rule.test == "suffix":
+        return f"ends_with(n, {_sql_str(rule.pattern)})"
+    if rule.test == "equals":
+        return f"n = {_sql_str(rule.pattern)}"
+    return f"contains(replace(lower(n), '_', ''), {_sql_str(_folded(rule.pattern))})"
+
+
+def _sql_any(rules: tuple[Rule, ...]) -> str:
+    return "(" + " OR ".join(_sql_match(r) for r in rules) + ")"
+
+
+def _sql_case(rules: tuple[tuple[Any, tuple[Rule, ...]], ...], default: str) -> str:
+    whens = " ".join(f"WHEN {_sql_any(g)} THEN {_sql_str(str(v))}" for v, g in rules)
+    return f"CASE WHEN n IS NULL THEN {default} {whens} ELSE {default} END"
+
+
+@cache
+def macros_sql(temp: bool = True) -> str:
+    """The `CREATE OR REPLACE [TEMP] MACRO` statements that define the taxonomy in SQL: temporary
+    ones for `install`, persistent ones for the warehouse's catalog file (so that any connection
+    to it, the `duckdb` shell's too, has them)."""
+    ops = [
+        f"comm_part(n) AS {_sql_case(COMM_RULES, 'NULL')}",
+        "is_comm(n) AS comm_part(n) IS NOT NULL",
+        f"is_comm_kernel(n) AS coalesce(comm_part(n) = {_sql_str(CommPart.KERNEL)}, false)",
+        "op_class(n) AS CASE WHEN is_comm(n) THEN 'comm' ELSE "
+        f"{_sql_case(CLASS_RULES, _sql_str(OpClass.OTHER))} END",
+        f"is_attention(n) AS op_class(n) = {_sql_str(OpClass.ATTENTION)}",
+        f"is_gemm(n) AS op_class(n) = {_sql_str(OpClass.GEMM)}",
+        f"is_loss(n) AS op_class(n) = {_sql_str(OpClass.LOSS)}",
+        f"is_norm(n) AS op_class(n) = {_sql_str(OpClass.NORM)}",
+        f"is_optimizer(n) AS op_class(n) = {_sql_str(OpClass.OPTIMIZER)}",
+        f"is_peer_copy(n) AS coalesce({_sql_any(PEER_COPY_RULES)}, false)",
+    ]
+    ops += [f"kind_{k.name.lower()}() AS {int(k)}" for k in Kind]
+    ops += [f"rt_{r.name.lower()}() AS {int(r)}" for r in Rt]
+    create = "CREATE OR REPLACE TEMP MACRO" if temp else "CREATE OR REPLACE MACRO"
+    return "\n".join(f"{create} {m};" for m in ops)
+
+
+def install(con: Any) -> Any:
+    """Define the taxonomy's macros on DuckDB connection `con` (read-only ones too); returns it."""
+    con.execute(macros_sql())
+    return con
