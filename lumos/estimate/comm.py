@@ -43,6 +43,26 @@ DEFAULTS = {
     "gpu": (5_000.0, 50.0),  # NCCL inside a node
 }
 
+# Intra-node link bandwidth of one GPU, per direction (GB/s = bytes/ns), by a pattern of the
+# device's CUDA/ROCm name (first match, case-insensitive), from the vendors' datasheets:
+# NVLink 4 on H100/H200 SXM 900 GB/s both ways, NVLink 3 on A100 SXM 600, NVLink 2 on V100 SXM2
+# 300, NVLink 5 on B200 1.8 TB/s, Infinity Fabric on MI300X 7 x 64 GB/s; the PCIe cards their
+# slot's (H100 PCIe: gen5 x16, A100 PCIe: gen4 x16, V100 PCIe: gen3 x16). A device not listed
+# keeps DEFAULTS["gpu"].
+LINK_BW: tuple[tuple[str, float], ...] = (
+    (r"H100.*PCIE", 64.0),
+    (r"H100|H200|GH200", 450.0),
+    (r"A100.*PCIE", 32.0),
+    (r"A100", 300.0),
+    (r"(?<!G)B200", 900.0),
+    (r"MI300X", 448.0),
+    (r"V100.*PCIE", 16.0),
+    (r"V100", 150.0),
+)
+# NCCL's ring all-reduce moves data at about this share of the link (nccl-tests' bus bandwidth
+# on 8-GPU NVLink nodes); an assumption until the warehouse holds all-reduces of the device
+NCCL_BUS_EFFICIENCY = 0.8
+
 
 @dataclass
 class CommModel:
@@ -114,6 +134,29 @@ class CommModel:
             f"default-{kind}",
             [f"collective costs from {kind} defaults (no collective in the warehouse to fit on)"],
         )
+
+    @classmethod
+    def for_device(cls, name: str | None) -> CommModel:
+        """NCCL inside a node of GPUs named `name`: the link's bandwidth (`LINK_BW`) at
+        `NCCL_BUS_EFFICIENCY`, the GPU default's per-step latency; the GPU default when the
+        device is not in the table."""
+        import re
+
+        alpha, _ = DEFAULTS["gpu"]
+        for pattern, gbs in LINK_BW:
+            if name and re.search(pattern, name, re.IGNORECASE):
+                bw = gbs * NCCL_BUS_EFFICIENCY
+                return cls(
+                    alpha,
+                    bw,
+                    "device-link",
+                    [
+                        f"collective costs from {name}'s link: {gbs:.0f} GB/s per direction at "
+                        f"{NCCL_BUS_EFFICIENCY:.0%} (NCCL ring), {alpha / 1e3:.0f} us per ring "
+                        "step (no all-reduce on this device in the warehouse to fit on)"
+                    ],
+                )
+        return cls.default("gpu")
 
     @classmethod
     def fit(cls, nbytes: np.ndarray, per_step_ns: np.ndarray, source: str) -> CommModel | None:

@@ -99,7 +99,7 @@ CACHE_FORMAT = 47
 # the cache folder of a single-GPU base's step graph
 GPU_STEP_DIR = "gpu_step"
 # what the GPU graph edits keep as the base has it (they add no collectives yet)
-GPU_SAME_KEYS = ("dp", "pp", "tp", "zero_stage", "sequence_parallel", "vocab_parallel")
+GPU_SAME_KEYS = ("pp", "zero_stage", "sequence_parallel", "vocab_parallel")
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -264,6 +264,7 @@ class Estimator:
         self.gaps = gaps or IdleGaps.from_dict(None)
         self._base_state = state_of(base)
         self.gpu: GpuStep | None = None  # a single-GPU base's step graph (`gpu_estimate`)
+        self.device_name: str | None = None  # its device (the collectives' link)
         self._gpu = None  # its GpuModel, made on first use
         self._scale: float | None = None  # `_profiler_scale`, computed on first use
         self._graphs: dict[Structure, EditedGraph] = {}
@@ -358,8 +359,10 @@ class Estimator:
         )
         if (folder / GPU_STEP_DIR).is_dir():
             from lumos.estimate.gpu_step import GpuStep
+            from lumos.estimate.throughput import job_device
 
             est.gpu = GpuStep.load(folder / GPU_STEP_DIR)
+            est.device_name = job_device(root, job).name
         return est
 
     # --- per configuration arrays --------------------------------------------------------------
@@ -744,8 +747,9 @@ class Estimator:
             for key, v in p.breakdown.items()
         }
         note = (
-            "a change the GPU step graph does not model yet (a parallel layout, speed-ups, no "
-            "recomputation from a base that recomputes): the CPU-operator "
+            "a change the GPU step graph does not model yet (pipeline stages, ZeRO, sequence or "
+            "vocabulary parallelism, speed-ups, no recomputation from a base that recomputes): "
+            "the CPU-operator "
             f"template's estimate, scaled by {k:.3f} (the base's step without the profiler, "
             "from its GPU step graph, over the template's traced step)"
         )
@@ -804,9 +808,10 @@ class Estimator:
 
     def _gpu_path(self, cfg: ModelConfig, speedup: Mapping[str, float] | None) -> bool:
         """Whether `cfg` is predicted from the base's GPU step graph: a single-GPU base, no
-        speed-ups asked for, the same parallel layout (the graph edits do not add collectives
-        yet), and no recomputation taken out of a base that recomputes (its recomputed forward
-        runs inside the backward's operators, which the edits do not split yet)."""
+        speed-ups asked for, data and tensor parallelism only (`gpu_edit.add_collectives`; no
+        pipeline stages, ZeRO, sequence or vocabulary parallelism yet), and no recomputation
+        taken out of a base that recomputes (its recomputed forward runs inside the backward's
+        operators, which the edits do not split yet)."""
         if self.gpu is None or speedup:
             return False
         if self.base.recompute != "none" and cfg.recompute == "none":
@@ -818,8 +823,15 @@ class Estimator:
 
         if self._gpu is None:
             assert self.gpu is not None
-            self._gpu = GpuModel(self.gpu, self.base)
+            self._gpu = GpuModel(self.gpu, self.base, comm=self._gpu_comm())
         return self._gpu
+
+    def _gpu_comm(self) -> CommModel:
+        """The GPU graph's collectives: the all-reduces the warehouse holds on the device when
+        it holds some (`self.comm`, fitted), else the device's link (`CommModel.for_device`)."""
+        if self.comm.learned_fit:
+            return self.comm
+        return CommModel.for_device(self.device_name)
 
     def _gpu_predict_many(self, cfgs: Sequence[ModelConfig]) -> list[Prediction]:
         """Predictions from the base's GPU step graph, one batched replay per structure."""
@@ -842,6 +854,7 @@ class Estimator:
             raise TransformError(str(exc)) from exc
         parts = {
             "gpu_work": est.gpu_work_ns,
+            "communication": est.comm_ns,
             "cpu_busy": est.cpu_busy_ns,
             "traced_step": est.traced_ns,
             "profiler": est.traced_ns - est.predicted_ns,
@@ -867,6 +880,23 @@ class Estimator:
             f"profiler ({PROFILER_EVENT_NS / 1e3:.1f} us per recorded CPU event taken out)"
             + (f"; {traced}" if traced else "")
         ]
+        if cfg.tp > 1 or cfg.dp > 1:
+            comm = self._gpu_model().comm
+            what = []
+            if cfg.tp > 1:
+                what.append(
+                    f"tp={cfg.tp}: an all-reduce of the activations on the compute stream after "
+                    "each row-parallel linear's forward and column-parallel linear's backward"
+                )
+            if cfg.dp > 1:
+                what.append(
+                    f"dp={cfg.dp}: DDP's gradient all-reduces on their own stream during the "
+                    "last micro-batch's backward, the optimizer waiting for them"
+                )
+            notes.append(
+                f"collectives added to the graph ({'; '.join(what)}), each a ring: "
+                "2(n-1) x alpha + 2(n-1)/n x bytes / bw; " + "; ".join(comm.notes)
+            )
         if cfg.recompute != self.base.recompute:
             notes.append(
                 "recomputation is modelled as each layer's forward run again before its "

@@ -20,16 +20,17 @@ re-made after every backward copy, so the next micro-batch's forward waits for i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 import numpy as np
 import pyarrow as pa
 
+from kernels.graph import Kind
 from lumos.estimate.gpu_step import BLOCK_BWD, BLOCK_FWD, GpuStep
-from lumos.estimate.layers import BLOCK
+from lumos.estimate.layers import BLOCK, ROLE
 
-__all__ = ["EditedStep", "edit_step", "layer_map"]
+__all__ = ["Coll", "EditedStep", "add_collectives", "edit_step", "layer_map"]
 
 _OPT = (BLOCK["opt"], BLOCK["tail"])
 
@@ -45,7 +46,9 @@ class EditedStep:
     ready for `lumos.replay.build.build_graph`, each new task's target ``layer`` (-1 for a task
     outside every layer, such as an op between two layers that travels with the layer before
     it) and ``piece`` (`Piece` code: a checkpointed layer's forward, its recomputation, else
-    plain)."""
+    plain). ``back``: the copies that make up each micro-batch's backward, in order. ``coll``:
+    the `Coll` code of each task (a collective `add_collectives` made; NONE for the others),
+    None when there are none."""
 
     base: np.ndarray
     copy: np.ndarray
@@ -53,6 +56,8 @@ class EditedStep:
     tasks: pa.Table
     deps: pa.Table
     piece: np.ndarray
+    back: list[list[int]] = field(default_factory=list)
+    coll: np.ndarray | None = None
 
 
 class Piece(IntEnum):
@@ -61,6 +66,25 @@ class Piece(IntEnum):
     PLAIN = 0
     CHECKPOINTED = 1  # a layer's forward under activation checkpointing
     RECOMPUTED = 2  # that forward run again before the layer's backward
+
+
+class Coll(IntEnum):
+    """A collective `add_collectives` puts in the step (`EditedStep.coll`)."""
+
+    NONE = -1
+    TP = 0  # tensor parallelism's all-reduce of a layer's activations (or their gradients)
+    DP_HEAD = 1  # DDP's all-reduce of the gradients of the parts after the layers (LM head)
+    DP_LAYER = 2  # ... of one layer's gradients
+    DP_EMBED = 3  # ... of the parts before the layers (the embedding)
+
+
+# Megatron's tensor parallelism: a row-parallel linear's output is summed over the group in the
+# forward (attention's output projection, the MLP's down projection), a column-parallel one's
+# input gradient in the backward (Q/K/V, the MLP's up and gate projections)
+TP_SUM_FORWARD = (ROLE["gemm_out"], ROLE["gemm_down"])
+TP_SUM_BACKWARD = (ROLE["gemm_qkv"], ROLE["gemm_up"])
+TP_NAME = "AllReduce (tensor parallel, modelled)"
+DP_NAME = "AllReduce (DDP gradients, modelled)"
 
 
 def layer_map(base_layers: int, layers: int) -> list[int]:
@@ -273,7 +297,7 @@ def _assemble(
     t = _set(t, "task", np.arange(n, dtype=np.int64))
     t = _set(t, "launch_src", new_launch)
     piece = np.where(copy_a >= 0, piece_of[np.maximum(copy_a, 0)], int(Piece.PLAIN))
-    return EditedStep(base_a, copy_a, np.array(lay, np.int64), t, deps, piece)
+    return EditedStep(base_a, copy_a, np.array(lay, np.int64), t, deps, piece, back_from)
 
 
 def _set(t: pa.Table, name: str, values: np.ndarray) -> pa.Table:
@@ -353,4 +377,122 @@ def _edges(
             "dst": pa.array(out_d, pa.int64()),
             "kind": pa.array(out_k, pa.string()),
         }
+    )
+
+
+def add_collectives(step: GpuStep, ed: EditedStep, *, tp: bool, dp: bool) -> EditedStep:
+    """`ed` with the collectives of tensor and data parallelism as GPU tasks.
+
+    - `tp`: an all-reduce on the compute stream after the last kernel of each row-parallel
+      linear of every layer forward (recomputed ones too) and of each column-parallel linear of
+      every layer backward (`TP_SUM_FORWARD`, `TP_SUM_BACKWARD`): the stream waits for it, as
+      Megatron's synchronous all-reduce makes it.
+    - `dp`: DistributedDataParallel's gradient all-reduces in the last micro-batch's backward
+      (the earlier ones accumulate under `no_sync`) on a stream of their own, one per piece of
+      the backward (the LM head's, each layer's, the embedding's) after that piece's last
+      kernel; the first GPU task after the backward waits for the last of them (DDP's
+      end-of-backward wait before the optimizer).
+
+    Each collective takes its prototype kernel's row (device, launch) with the collective's
+    kind and name and no launch call (it waits for the prototype through an edge; the CPU
+    time of issuing it is not modelled); its duration comes from the communication model
+    (`GpuModel.durations`)."""
+    n = ed.base.shape[0]
+    b = ed.base
+    kern = step.is_gpu[b] & np.isin(step.kind[b], (int(Kind.GPU_KERNEL), int(Kind.COLLECTIVE)))
+    role, block = step.role[b], step.block[b]
+    anchors: list[tuple[int, int]] = []
+    if tp:
+        last: dict[tuple[int, int], int] = {}
+        for i in np.flatnonzero(kern & (ed.layer >= 0)).tolist():
+            fwd = int(block[i]) in BLOCK_FWD
+            if int(role[i]) in (TP_SUM_FORWARD if fwd else TP_SUM_BACKWARD):
+                last[(int(ed.copy[i]), int(role[i]))] = i
+        anchors += [(i, int(Coll.TP)) for i in last.values()]
+    dp_anchors: list[int] = []
+    if dp and ed.back:
+        seen_layer = False
+        for c in ed.back[-1]:
+            idx = np.flatnonzero((ed.copy == c) & kern & (ed.piece != int(Piece.RECOMPUTED)))
+            if not idx.size:
+                continue
+            if (ed.layer[idx] >= 0).any():
+                code, seen_layer = Coll.DP_LAYER, True
+            else:
+                code = Coll.DP_EMBED if seen_layer else Coll.DP_HEAD
+            anchors.append((int(idx.max()), int(code)))
+            dp_anchors.append(int(idx.max()))
+        if dp_anchors and not any(k == int(Coll.DP_EMBED) for _, k in anchors):
+            # the embedding's backward ran inside the last layer's piece: its bucket goes last
+            anchors.append((dp_anchors[-1], int(Coll.DP_EMBED)))
+    if not anchors:
+        return ed
+    anchors.sort()
+    src_row: list[int] = []
+    coll: list[int] = []
+    new_of_old = np.empty(n, np.int64)
+    j = 0
+    for i in range(n):
+        new_of_old[i] = len(src_row)
+        src_row.append(i)
+        coll.append(int(Coll.NONE))
+        while j < len(anchors) and anchors[j][0] == i:
+            src_row.append(i)
+            coll.append(anchors[j][1])
+            j += 1
+    rows = np.array(src_row, np.int64)
+    coll_a = np.array(coll, np.int64)
+    new = np.flatnonzero(coll_a >= 0)
+    is_dp = coll_a > int(Coll.TP)
+    t = ed.tasks.take(pa.array(rows))
+    old_launch = np.asarray(ed.tasks.column("launch_src").to_numpy(zero_copy_only=False))
+    launch = old_launch[rows]
+    # a collective has no launch call of its own in the graph (a call launches one GPU task):
+    # it follows its prototype kernel through an edge
+    launch = np.where((launch >= 0) & (coll_a < 0), new_of_old[np.maximum(launch, 0)], -1)
+    proc = np.asarray(t.column("proc").to_numpy(), np.int64)
+    stream = np.asarray(t.column("stream").fill_null(-1).to_numpy(), np.int64)
+    # DDP's communication stream: a processor and a stream of its own on the same device
+    proc = np.where(is_dp, int(proc.max()) + 1, proc)
+    stream = np.where(is_dp, int(stream.max()) + 1, stream)
+    kind = np.asarray(t.column("kind").to_numpy(), np.int64)
+    kind = np.where(coll_a >= 0, int(Kind.COLLECTIVE), kind)
+    names = t.column("name").to_pylist()
+    for r in new.tolist():
+        names[r] = DP_NAME if is_dp[r] else TP_NAME
+    t = _set(t, "task", np.arange(rows.shape[0], dtype=np.int64))
+    t = _set(t, "launch_src", launch)
+    t = _set(t, "proc", proc)
+    t = _set(t, "stream", stream)
+    t = _set(t, "kind", kind)
+    ts = np.asarray(t.column("ts_ns").to_numpy(), np.int64)
+    t = _set(t, "ts_ns", np.where(coll_a >= 0, 0, ts))  # no traced time to start from
+    i = t.schema.get_field_index("name")
+    t = t.set_column(i, t.schema.field(i), pa.array(names, t.schema.field(i).type))
+    d = ed.deps
+    src = new_of_old[np.asarray(d.column("src").to_numpy(), np.int64)]
+    dst = new_of_old[np.asarray(d.column("dst").to_numpy(), np.int64)]
+    kinds = d.column("kind").to_pylist()
+    e_s, e_d, e_k = src.tolist(), dst.tolist(), kinds
+    for r in new.tolist():  # after its prototype: the data are ready when that kernel ends
+        e_s.append(int(new_of_old[rows[r]]))
+        e_d.append(r)
+        e_k.append("stream_wait")
+    if dp_anchors:
+        last_dp = int(new[is_dp[new]].max())
+        gpu_new = step.is_gpu[b[rows]] & (coll_a < 0) & (proc != proc[last_dp])
+        after = np.flatnonzero(gpu_new & (np.arange(rows.shape[0]) > last_dp))
+        if after.size:
+            e_s.append(last_dp)
+            e_d.append(int(after[0]))
+            e_k.append("stream_wait")
+    deps = pa.table(
+        {
+            "src": pa.array(e_s, pa.int64()),
+            "dst": pa.array(e_d, pa.int64()),
+            "kind": pa.array(e_k, pa.string()),
+        }
+    )
+    return EditedStep(
+        b[rows], ed.copy[rows], ed.layer[rows], t, deps, ed.piece[rows], ed.back, coll_a
     )

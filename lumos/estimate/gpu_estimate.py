@@ -24,11 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels.graph import Kind, ReplayGraph
+from lumos.estimate.comm import CommModel
 from lumos.estimate.config import ModelConfig
-from lumos.estimate.gpu_edit import EditedStep, Piece, edit_step
+from lumos.estimate.gpu_edit import Coll, EditedStep, Piece, add_collectives, edit_step
 from lumos.estimate.gpu_step import GpuStep
 from lumos.estimate.kernel_work import KClass, fit_gemm, named_sizes, size_ratio
 from lumos.estimate.layers import ROLE
+from lumos.estimate.memory import embedding_params, head_params, params_per_layer
 from lumos.estimate.profiler_cost import PROFILER_EVENT_NS, unprofiled_cpu_ns
 from lumos.estimate.retime import features, stage_param_counts
 from lumos.replay.build import build_graph
@@ -44,7 +46,7 @@ KERNEL_FIXED_QUANTILE = 0.1
 # from the two recompute runs of the H100 corpus (docs/estimate-gpu.md)
 CHECKPOINT_FORWARD_CPU = 2.0
 
-Structure = tuple[int, int, bool]  # layers, micro-batches, recompute
+Structure = tuple[int, int, bool, bool, bool]  # layers, micro-batches, recompute, TP, DP
 
 
 @dataclass
@@ -57,6 +59,7 @@ class GpuEstimate:
     cpu_busy_ns: int
     n_tasks: int
     edited: EditedStep
+    comm_ns: int = 0  # the collectives' time on the GPU (overlapped or not)
 
     @property
     def profiler_share(self) -> float:
@@ -74,9 +77,11 @@ class GpuModel:
         *,
         event_ns: float = PROFILER_EVENT_NS,
         checkpoint_cpu: float = CHECKPOINT_FORWARD_CPU,
+        comm: CommModel | None = None,
     ):
         self.step = step
         self.base = base
+        self.comm = comm or CommModel.default("gpu")
         self.event_ns = event_ns
         self.checkpoint_cpu = checkpoint_cpu
         kernels = step.is_gpu & (step.kind != int(Kind.GPU_WAIT))
@@ -109,7 +114,7 @@ class GpuModel:
         return (ed.piece == int(Piece.CHECKPOINTED)) & ~self.step.is_gpu[ed.base]
 
     def structure(self, cfg: ModelConfig) -> Structure:
-        return (cfg.layers, cfg.num_micro_batches, cfg.recompute != "none")
+        return (cfg.layers, cfg.num_micro_batches, cfg.recompute != "none", cfg.tp > 1, cfg.dp > 1)
 
     def graph(self, s: Structure) -> tuple[EditedStep, ReplayGraph]:
         """The edited step of a structure and its replay graph (the base's CPU idle gaps as the
@@ -126,6 +131,8 @@ class GpuModel:
                 recompute=s[2],
                 base_recompute=b.recompute != "none",
             )
+            if s[3] or s[4]:
+                ed = add_collectives(st, ed, tp=s[3], dp=s[4])
             tasks = ed.tasks
             i = tasks.schema.get_field_index("gap_ns")
             gap = st.gap_ns[ed.base] * np.where(self._checkpointed(ed), self.checkpoint_cpu, 1.0)
@@ -156,7 +163,28 @@ class GpuModel:
         gpu_dur = np.where(st.kind[b] == int(Kind.GPU_WAIT), dur, fixed + (dur - fixed) * r)
         cpu_dur = unprofiled_cpu_ns(dur, st.n_events[b], event_ns)
         cpu_dur = cpu_dur * np.where(self._checkpointed(ed), self.checkpoint_cpu, 1.0)
-        return np.rint(np.where(st.is_gpu[b], gpu_dur, cpu_dur)).astype(np.int64)
+        out = np.where(st.is_gpu[b], gpu_dur, cpu_dur)
+        if ed.coll is not None:
+            for code, ns in self.collective_ns(cfg).items():
+                out[ed.coll == code] = ns
+        return np.rint(out).astype(np.int64)
+
+    def collective_ns(self, cfg: ModelConfig) -> dict[int, float]:
+        """The time of each kind of collective `add_collectives` puts in cfg's step: a TP
+        all-reduce of one micro-batch's activations (synchronous: the stream waits), DDP's
+        all-reduces of the gradients of a layer, the LM head and the embedding (fp32 gradients
+        under autocast), from the communication model."""
+        c = self.comm
+        acts = float(cfg.micro_batch * cfg.seq * cfg.hidden * cfg.dtype_bytes)
+        grad = 4.0 if cfg.autocast else float(cfg.dtype_bytes)
+        return {
+            int(Coll.TP): c.allreduce_ns(acts, cfg.tp, sync=True),
+            int(Coll.DP_LAYER): c.allreduce_ns(grad * params_per_layer(cfg, cfg.tp), cfg.dp),
+            int(Coll.DP_HEAD): c.allreduce_ns(grad * head_params(cfg, cfg.tp), cfg.dp),
+            int(Coll.DP_EMBED): c.exposed_allreduce_ns(
+                grad * embedding_params(cfg, cfg.tp), cfg.dp
+            ),
+        }
 
     def predict(self, cfgs: Sequence[ModelConfig]) -> np.ndarray:
         """Predicted steps (ns, without the profiler) of many configurations: one batched replay
@@ -182,13 +210,15 @@ class GpuModel:
         pred, traced = (int(x) for x in replay_sweep(g, dur, parallel=False))
         gpu = self.step.is_gpu[ed.base]
         busy = gpu & (self.step.kind[ed.base] != int(Kind.GPU_WAIT))
+        comm = ed.coll >= 0 if ed.coll is not None else np.zeros(gpu.shape, bool)
         return GpuEstimate(
             predicted_ns=pred,
             traced_ns=traced,
-            gpu_work_ns=int(dur[0][busy].sum()),
+            gpu_work_ns=int(dur[0][busy & ~comm].sum()),
             cpu_busy_ns=int(dur[0][~gpu].sum()),
             n_tasks=int(ed.base.shape[0]),
             edited=ed,
+            comm_ns=int(dur[0][comm].sum()),
         )
 
 
@@ -197,7 +227,7 @@ def _features(cfg: ModelConfig) -> np.ndarray:
     and LM head included (a single-GPU base holds the whole model), and the Q, K, V projections'
     FLOPs at their real width (grouped-query attention narrows K and V)."""
     out = features(cfg, stage_param_counts(cfg)[0])
-    out[ROLE["gemm_qkv"]] = float(cfg.micro_batch * cfg.seq) * cfg.hidden * cfg.qkv_width()
+    out[ROLE["gemm_qkv"]] = float(cfg.micro_batch * cfg.seq) * cfg.hidden * cfg.qkv_width(cfg.tp)
     return out
 
 

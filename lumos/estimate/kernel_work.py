@@ -96,23 +96,27 @@ def largest_elems(input_dims: Any) -> int:
 
 
 def named_sizes(cfg: ModelConfig) -> dict[str, float]:
-    """The element counts a rank's tensors have in `cfg` (one micro-batch), by name."""
+    """The element counts a rank's tensors have in `cfg` (one micro-batch), by name: with tensor
+    parallelism a rank holds its share of the heads, of the FFN and (vocabulary-parallel) of the
+    vocabulary, and the whole residual stream (tokens x hidden)."""
     tokens = cfg.micro_batch * cfg.seq
-    h, f, v = cfg.hidden, cfg.ffn_size, max(cfg.vocab, 0)
+    tp = cfg.tp
+    h, f, v = cfg.hidden, cfg.ffn_size / tp, max(cfg.vocab, 0) / cfg.vocab_tp
     hd = cfg.head_dim
-    kv = (cfg.kv_heads or cfg.heads) * hd
-    q = cfg.heads * hd
+    heads = cfg.heads // tp
+    kv = max(cfg.kv_heads_n // tp, 1) * hd
+    q = heads * hd
     return {
         "tokens": tokens,
         "tok_h": tokens * h,
-        "tok_h_half": tokens * h / 2,  # rotary embedding's halves of the queries
+        "tok_h_half": tokens * q / 2,  # rotary embedding's halves of the queries
         "tok_kv": tokens * kv,
         "tok_kv_half": tokens * kv / 2,
         "tok_qkv": tokens * (q + 2 * kv),
         "tok_f": tokens * f,
         "tok_f2": tokens * 2 * f,  # a gated MLP's fused gate and up
         "tok_v": tokens * v,
-        "scores": cfg.micro_batch * cfg.heads * cfg.seq * cfg.seq,
+        "scores": cfg.micro_batch * heads * cfg.seq * cfg.seq,
         "hidden": h,
         "w_hh": h * q,
         "w_kvh": h * kv,
