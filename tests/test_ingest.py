@@ -90,6 +90,30 @@ def test_encoding_is_injective_on_lookalikes() -> None:
     assert len({encode_job(j) for j in ["a/b", "a%2Fb", "a_b", "a b"]}) == 4
 
 
+def test_long_job_names_are_bounded_distinct_and_do_not_wedge_ingest(
+    shared_traces: Path, warehouse_dir: Path
+) -> None:
+    """A 300-character job name, a CJK name whose escapes pass 255 bytes, and two long names
+    that differ in their last character: each ingests into a directory of bounded length with
+    its full name in the tables, and ingests after them still work (issue 34, item 1)."""
+    from warehouse.layout import JOB_DIR_MAX_BYTES
+
+    trace = shared_traces / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
+    names = ["j" * 300, "数据" * 14, "k" * 299 + "a", "k" * 299 + "b"]
+    encoded = {encode_job(n) for n in names}
+    assert len(encoded) == len(names)
+    assert all(len(e.encode()) <= JOB_DIR_MAX_BYTES and "/" not in e for e in encoded)
+    for name in names:
+        report = ingest([trace], warehouse=warehouse_dir, job=name)
+        assert not report.refused, report.refused
+    report = ingest([trace], warehouse=warehouse_dir, job="short")
+    assert not report.refused
+    rows = query(warehouse_dir, "select job, count(*) as n from events group by job")
+    assert sorted(j for j, _ in rows) == sorted([*names, "short"])
+    assert len({n for _, n in rows}) == 1
+    assert not (warehouse_dir / ".commit.journal").exists()
+
+
 # ------------------------------------------------------------------------------ bundled examples
 
 

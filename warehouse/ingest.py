@@ -541,9 +541,13 @@ def _sweep_dead_commit(layout: Layout, manifest: Manifest) -> int:
         if row is not None and row["status"] == "ok" and row["rank"] == rank:
             continue
         for path in (layout.events_file(job, rank, sha), layout.trace_meta_file(job, rank, sha)):
-            if path.exists():
-                path.unlink(missing_ok=True)
+            try:
+                path.unlink()
                 removed += 1
+            except FileNotFoundError:
+                pass
+            except OSError:  # a path that cannot be named (a name too long) was never placed
+                continue
     layout.journal_path.unlink(missing_ok=True)
     return removed
 

@@ -47,8 +47,19 @@ PARQUET_COMPRESSION = "zstd"
 _SAFE = re.compile(r"[A-Za-z0-9._\-]")
 
 
+# Bytes a `job=` directory's encoded name may take: a path component holds 255 bytes on every
+# common filesystem, and the name sits under `<table>/` beside `job=` and the files' own names.
+JOB_DIR_MAX_BYTES = 160
+# Characters of the name's sha256 that end an encoded name cut to JOB_DIR_MAX_BYTES: two names
+# that share their first bytes stay apart (64 bits).
+JOB_DIR_HASH_CHARS = 16
+
+
 def encode_job(job: str) -> str:
-    """The directory-safe form of a job name (reversible with `decode_job`)."""
+    """The directory-safe form of a job name: %XX-escaped, reversible with `decode_job` when it
+    fits `JOB_DIR_MAX_BYTES`; a longer one is cut there (never inside an escape) and ends with
+    `~` and its name's sha256 prefix, so that it stays bounded and distinct. The job's real name
+    is stored in every file; no reader parses it from the directory."""
     if not job:
         raise ValueError("a job name cannot be empty")
     out = []
@@ -58,12 +69,22 @@ def encode_job(job: str) -> str:
         else:
             out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
     text = "".join(out)
+    if len(text) > JOB_DIR_MAX_BYTES:
+        import hashlib
+
+        digest = hashlib.sha256(job.encode("utf-8")).hexdigest()[:JOB_DIR_HASH_CHARS]
+        keep = JOB_DIR_MAX_BYTES - JOB_DIR_HASH_CHARS - 1
+        cut = text[:keep]
+        pct = cut.rfind("%")
+        if pct >= keep - 2:  # do not split an escape
+            cut = cut[:pct]
+        return f"{cut}~{digest}"
     # `.` and `..` are not usable directory names
     return text.replace(".", "%2E") if set(text) == {"."} else text
 
 
 def decode_job(encoded: str) -> str:
-    """Invert `encode_job`."""
+    """Invert `encode_job` (for a name that was not cut: see there)."""
     from urllib.parse import unquote
 
     return unquote(encoded, encoding="utf-8", errors="strict")

@@ -443,7 +443,7 @@ def _gpu_bound(rows: list[dict[str, Any]]) -> str | None:
         f"the GPUs are busy {100 * busy:.0f}% of the traced step (median over ranks and steps) "
         f"and the CPU waits {100 * sync:.0f}% of it in synchronising calls: a single-GPU base "
         "is estimated from its step's execution graph, its kernels re-timed for the new shapes "
-        "(docs/estimate-gpu.md); otherwise (several ranks, a change of dp/tp/pp, speed-ups) "
+        "(docs/estimate-gpu.md); otherwise (several ranks, pipeline stages, ZeRO, speed-ups) "
         "estimates re-time the CPU operators, whose durations here are kernel launches and "
         "waits for the GPU, and shape changes do not follow the GPU's work"
     )
