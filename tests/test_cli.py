@@ -84,6 +84,52 @@ def test_sql_error_and_missing_warehouse(dlrm_wh, tmp_path: Path) -> None:
     assert not (tmp_path / "nowhere").exists()
 
 
+def test_sql_reads_the_warehouse_and_nothing_else(dlrm_wh, tmp_path: Path) -> None:
+    """Issue 34, item 2: a query cannot write the warehouse or anywhere else, read files outside
+    it, install extensions, run several statements or unlock its settings; --unsafe can."""
+    wh, _ = dlrm_wh
+    manifest = sorted(p.name for p in (wh / "manifest").iterdir())
+    outside = tmp_path / "out.csv"
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    refused = {
+        f"copy (select 1) to '{wh}/manifest/part-x.parquet'": "COPY",
+        f"copy (select 1) to '{outside}'": "COPY",
+        "install httpfs": "statements are not run",
+        "set enable_external_access = true": "SET",
+        "select 1; select 2": "one statement",
+        f"attach '{tmp_path / 'x.db'}'": "ATTACH",
+        "explain analyze select 1": "EXPLAIN ANALYZE",
+    }
+    for query, why in refused.items():
+        res = lumos("sql", query, "--warehouse", str(wh))
+        assert res.returncode == 2 and why in res.stderr, (query, res.stderr)
+    for query in (f"select * from read_csv('{secret}')", f"select * from glob('{tmp_path}/*')"):
+        res = lumos("sql", query, "--warehouse", str(wh))
+        assert res.returncode == 1 and "Permission" in res.stderr, (query, res.stderr)
+    assert sorted(p.name for p in (wh / "manifest").iterdir()) == manifest
+    assert not outside.exists()
+    # what it may do: queries, DESCRIBE, SHOW, EXPLAIN, the taxonomy's macros
+    for query in ("describe events", "show tables", "explain select 1", "select is_comm('x')"):
+        res = lumos("sql", query, "--warehouse", str(wh))
+        assert res.returncode == 0, (query, res.stderr)
+    unsafe = lumos(
+        "sql", f"copy (select 1 as a) to '{outside}'", "--unsafe", "--warehouse", str(wh)
+    )
+    assert unsafe.returncode == 0 and outside.read_text().strip() == "a\n1"
+
+
+def test_sql_table_fetches_the_rows_it_shows(dlrm_wh) -> None:
+    wh, _ = dlrm_wh
+    res = lumos("sql", "select name from events", "--max-rows", "10", "--warehouse", str(wh))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 1 + 10 + 1 and lines[-1].startswith("(more than 10 rows")
+    full = lumos("sql", "select name from events", "--format", "csv", "--warehouse", str(wh))
+    n = lumos("sql", "select count(*) as n from events", "--format", "json", "--warehouse", str(wh))
+    assert len(full.stdout.splitlines()) == 1 + json.loads(n.stdout)[0]["n"]
+
+
 def test_status(dlrm_wh) -> None:
     wh, _ = dlrm_wh
     res = lumos("status", "--warehouse", str(wh))

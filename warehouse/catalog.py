@@ -29,7 +29,10 @@ __all__ = [
     "VIEWS",
     "build_catalog",
     "catalog_is_current",
+    "QueryRefused",
+    "check_read_only",
     "connect",
+    "connect_read_only",
     "job_events_view",
     "no_trace_message",
     "present_derived_views",
@@ -214,6 +217,62 @@ def connect(
     if catalog is not None:
         return duckdb.connect(str(catalog), read_only=read_only, config=config or {})
     return taxonomy.install(duckdb.connect(config=config or {}))
+
+
+class QueryRefused(ValueError):
+    """A query `lumos sql` does not run (says which statement and why)."""
+
+
+# the statements a read-only query may be: a query, or EXPLAIN of one (not EXPLAIN ANALYZE,
+# which runs the statement it explains)
+_READ_ONLY_TYPES = ("SELECT", "EXPLAIN")
+
+
+def check_read_only(query: str) -> None:
+    """Raise `QueryRefused` unless `query` is one SELECT (DESCRIBE, SHOW, SUMMARIZE, VALUES and
+    FROM-first queries are SELECTs) or EXPLAIN of one."""
+    import re
+
+    import duckdb
+
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as exc:
+        raise QueryRefused(str(exc)) from exc
+    if len(statements) != 1:
+        raise QueryRefused(
+            f"one statement per query, got {len(statements)}: run them one at a time"
+        )
+    kind = statements[0].type.name
+    if kind == "EXPLAIN" and re.match(r"\s*explain\s+analy[sz]e\b", query, re.IGNORECASE):
+        raise QueryRefused("EXPLAIN ANALYZE runs the statement it explains: --unsafe runs it")
+    if kind not in _READ_ONLY_TYPES:
+        raise QueryRefused(
+            f"{kind} statements are not run: lumos sql reads the warehouse and never writes it "
+            "(queries, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN); --unsafe runs any statement"
+        )
+
+
+def connect_read_only(warehouse: str | os.PathLike[str]):  # noqa: ANN201
+    """A catalog connection that can read the warehouse and nothing else: no file outside its
+    directory, no extension installed or loaded, no ATTACH, and settings locked so that a query
+    cannot lift these (DuckDB's `allowed_directories` and `enable_external_access`)."""
+    import duckdb
+
+    layout = Layout.at(warehouse)
+    con = duckdb.connect(
+        str(layout.catalog_path),
+        read_only=True,
+        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False},
+    )
+    try:
+        con.execute("SET allowed_directories = [$root]", {"root": str(layout.root) + os.sep})
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 def job_events_view(con, job: str) -> None:  # noqa: ANN001 (duckdb is imported lazily)

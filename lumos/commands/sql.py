@@ -1,4 +1,7 @@
-"""`lumos sql "QUERY" [--warehouse DIR] [--format table|csv|json]`: query the warehouse."""
+"""`lumos sql "QUERY" [--warehouse DIR] [--format table|csv|json] [--unsafe]`: query the
+warehouse. One read-only statement by default (`warehouse.catalog.check_read_only`, on a
+connection that reads nothing outside the warehouse); rows are streamed, and a table shows the
+first `--max-rows` only."""
 
 from __future__ import annotations
 
@@ -30,52 +33,93 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="table (default), csv, or json: one JSON array with an object per row",
     )
     p.add_argument("--max-rows", type=int, default=100, help="rows shown by --format table")
+    p.add_argument(
+        "--unsafe",
+        action="store_true",
+        help="run any statement DuckDB accepts (COPY, SET, INSTALL, ATTACH, several statements, "
+        "files outside the warehouse): it can change or break the warehouse",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import duckdb
 
-    from lumos.api import Warehouse, WarehouseNotFound, to_pandas
+    from lumos.api import Warehouse, WarehouseNotFound
+    from warehouse.catalog import QueryRefused, check_read_only, connect, connect_read_only
 
+    if args.max_rows < 0:
+        print("lumos sql: --max-rows must be >= 0", file=sys.stderr)
+        return 2
     try:
         wh = Warehouse.open(args.warehouse)
     except WarehouseNotFound as exc:
         print(f"lumos sql: {exc}", file=sys.stderr)
         return 2
     try:
-        table = wh.arrow(args.query)
+        if args.unsafe:
+            con = connect(wh.catalog)
+        else:
+            check_read_only(args.query)
+            con = connect_read_only(wh.root)
+    except QueryRefused as exc:
+        print(f"lumos sql: {exc}", file=sys.stderr)
+        return 2
+    try:
+        rel = con.sql(args.query)
+        if rel is None:  # a statement without a result (--unsafe)
+            return 0
+        if args.format == "json":
+            _write_json(_batches(rel), sys.stdout)
+        elif args.format == "csv":
+            _write_csv(rel.columns, _batches(rel), sys.stdout)
+        else:
+            _write_table(rel, args.max_rows, sys.stdout)
     except duckdb.Error as exc:
         print(f"lumos sql: {exc}", file=sys.stderr)
         return 1
-    out = sys.stdout
-    if args.format == "json":
-        _write_json(table, out)
-    elif args.format == "csv":
-        _write_csv(table, out)
-    else:
-        import pandas as pd
-
-        with pd.option_context(
-            "display.max_rows",
-            args.max_rows,
-            "display.max_columns",
-            None,
-            "display.width",
-            200,
-            "display.max_colwidth",
-            60,
-        ):
-            df = to_pandas(table)
-            out.write(
-                (df.to_string(index=False) if len(df) else f"(0 rows) {list(df.columns)}") + "\n"
-            )
-            if len(df) > args.max_rows:
-                out.write(f"({len(df)} rows; showing {args.max_rows})\n")
+    finally:
+        con.close()
     return 0
 
 
-def _write_json(table, out) -> None:
+def _batches(rel):  # noqa: ANN001, ANN202
+    """The result's record batches, read as they are written out (memory bounded by a batch)."""
+    reader = rel.fetch_record_batch(rows_per_batch=65_536)
+    yield from reader
+
+
+def _write_table(rel, max_rows: int, out) -> None:  # noqa: ANN001
+    """The first `max_rows` rows as a table; only those (and one more, to know) are fetched."""
+    import pandas as pd
+
+    from lumos.api import to_pandas
+
+    table = rel.limit(max_rows + 1).to_arrow_table()
+    more = table.num_rows > max_rows
+    df = to_pandas(table.slice(0, max_rows))
+    with pd.option_context(
+        "display.max_rows",
+        max_rows + 1,
+        "display.max_columns",
+        None,
+        "display.width",
+        200,
+        "display.max_colwidth",
+        60,
+    ):
+        if len(df) or not more:
+            out.write(
+                (df.to_string(index=False) if len(df) else f"(0 rows) {list(df.columns)}") + "\n"
+            )
+    if more:
+        out.write(
+            f"(more than {max_rows} rows; showing the first {max_rows}: --max-rows N for more, "
+            "--format csv or json for all)\n"
+        )
+
+
+def _write_json(batches, out) -> None:  # noqa: ANN001
     """One JSON array, an object per row; int64 stays exact (no float round-trip)."""
     import json
 
@@ -90,14 +134,14 @@ def _write_json(table, out) -> None:
 
     out.write("[")
     first = True
-    for batch in table.to_batches():
+    for batch in batches:
         for row in batch.to_pylist():
             out.write(("" if first else ",\n") + json.dumps(row, default=default))
             first = False
     out.write("]\n")
 
 
-def _write_csv(table, out) -> None:
+def _write_csv(columns, batches, out) -> None:  # noqa: ANN001
     """RFC 4180 with quotes only where a value needs them (pyarrow's writer quotes every string,
     which shell tools such as `cut` and `while read` would have to strip); nulls are empty, lists
     and structs JSON."""
@@ -108,7 +152,7 @@ def _write_csv(table, out) -> None:
         return json.dumps(value, default=str) if isinstance(value, list | dict) else value
 
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(table.column_names)
-    for batch in table.to_batches():
+    writer.writerow(columns)
+    for batch in batches:
         cols = [c.to_pylist() for c in batch.columns]
         writer.writerows([cell(v) for v in row] for row in zip(*cols, strict=True))
