@@ -90,7 +90,10 @@ def step_register(ctx: MainContext) -> None:
     from pipelines.partitions import TRACE_JOBS
     from warehouse.inbox import discover_jobs
 
-    ctx.jobs = discover_jobs(ctx.inbox)
+    skipped: list[str] = []
+    ctx.jobs = discover_jobs(ctx.inbox, skipped)
+    for line in skipped:
+        ctx.say(f"skipped: {line}")
     if not ctx.jobs:
         raise SystemExit(f"{ctx.inbox}: no trace files found: nothing to ingest")
     ctx.instance.add_dynamic_partitions(TRACE_JOBS, list(ctx.jobs))

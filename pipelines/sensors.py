@@ -48,7 +48,11 @@ def inbox_sensor(context: dg.SensorEvaluationContext, lumos: WarehouseResource) 
         )
     seen = _load_cursor(context.cursor)
     jobs = {}
-    for job, files in discover_jobs(inbox).items():
+    skipped: list[str] = []
+    found = discover_jobs(inbox, skipped)
+    for line in skipped:  # one bad entry is reported and skipped; the others go on
+        context.log.warning(line)
+    for job, files in found.items():
         if _usable_partition_key(job):
             jobs[job] = files
         else:

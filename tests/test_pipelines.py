@@ -208,6 +208,32 @@ def test_inbox_sensor_registers_new_jobs_once(inbox: Path, tmp_path: Path) -> No
         assert not fourth.dynamic_partitions_requests
 
 
+def test_one_bad_inbox_entry_is_reported_and_skipped(inbox: Path, tmp_path: Path) -> None:
+    """Issue 34, item 3: a folder `dup/` beside a file `dup.json.gz` and a link to the inbox
+    itself are reported and skipped; every other job is registered and requested, and the
+    skipped job's partition fails with the reason."""
+    trace = inbox / "nccl_a100" / "nccl_data.json.gz"
+    (inbox / "dup").mkdir()
+    shutil.copyfile(trace, inbox / "dup" / "rank0.json.gz")
+    shutil.copyfile(trace, inbox / "dup.json.gz")
+    (inbox / "selflink").symlink_to(inbox, target_is_directory=True)
+    resources = _resources(inbox, tmp_path / "wh")
+    with dg.instance_for_test() as instance:
+        context = dg.build_sensor_context(instance=instance, cursor=None, resources=resources)
+        data = inbox_sensor(context)
+        assert sorted(r.partition_key for r in data.run_requests) == [
+            "dlrm_8rank",
+            "gpt_cpu",
+            "nccl_a100",
+        ]
+    resource = WarehouseResource(warehouse=str(tmp_path / "wh"), inbox=str(inbox))
+    with pytest.raises(dg.Failure, match=r"job 'dup' .*claimed by 2 entries"):
+        job_files("dup", resource, TraceEventsConfig())
+    with pytest.raises(dg.Failure, match=r"job 'selflink' .*holds the inbox itself"):
+        job_files("selflink", resource, TraceEventsConfig())
+    assert len(job_files("nccl_a100", resource, TraceEventsConfig())) == 1
+
+
 def test_nightly_schedule_requests_jobs_not_yet_materialised() -> None:
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(TRACE_JOBS, ["a", "b"])

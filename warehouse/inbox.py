@@ -24,36 +24,53 @@ def job_name_for(path: Path) -> str:
     return strip_trace_suffix(path.name) or path.name
 
 
-def discover_jobs(inbox: Path) -> dict[str, list[Path]]:
+def discover_jobs(inbox: Path, skipped: list[str] | None = None) -> dict[str, list[Path]]:
     """Map each job in `inbox` to its trace files (sorted). Jobs without trace files are left out.
 
-    Raises `FileNotFoundError` / `NotADirectoryError` naming the inbox when it is not a directory,
-    and `ValueError` when a sub-directory and a loose file claim the same job name.
+    Raises `FileNotFoundError` / `NotADirectoryError` naming the inbox when it is not a directory.
+    An entry that cannot be a job is skipped, never blocking the others, with a line saying why
+    appended to `skipped`: two entries claiming one job name (a directory and a loose file, or
+    two files differing only by suffix: both are skipped, neither is the job), a link to the
+    inbox itself or to a folder holding it (its walk would ingest the whole inbox again), and an
+    entry that cannot be read.
     """
     inbox = Path(inbox)
     if not inbox.exists():
         raise FileNotFoundError(f"{inbox}: inbox directory does not exist")
     if not inbox.is_dir():
         raise NotADirectoryError(f"{inbox}: inbox is not a directory")
-    jobs: dict[str, list[Path]] = {}
+    notes: list[str] = [] if skipped is None else skipped
+    home = inbox.resolve()
+    claims: dict[str, list[tuple[Path, list[Path]]]] = {}
     for entry in sorted(inbox.iterdir()):
         if entry.name.startswith("."):
             continue
-        if entry.is_dir():
-            files = find_trace_files(entry)
-        elif is_trace_file(entry):
-            files = [entry]
-        else:
+        try:
+            if entry.is_dir():
+                real = entry.resolve()
+                if real == home or real in home.parents:
+                    notes.append(f"{entry}: links to {real}, which holds the inbox itself: skipped")
+                    continue
+                files = find_trace_files(entry)
+            elif is_trace_file(entry):
+                files = [entry]
+            else:
+                continue
+        except OSError as exc:
+            notes.append(f"{entry}: cannot be read ({exc.strerror or exc}): skipped")
             continue
-        if not files:
-            continue
-        name = job_name_for(entry)
-        if name in jobs:
-            raise ValueError(
-                f"{entry}: job name {name!r} is claimed twice in inbox {inbox} "
-                "(a directory and a loose file, or two files differing only by suffix)"
+        if files:
+            claims.setdefault(job_name_for(entry), []).append((entry, files))
+    jobs: dict[str, list[Path]] = {}
+    for name, entries in claims.items():
+        if len(entries) > 1:
+            who = ", ".join(str(e) for e, _ in entries)
+            notes.append(
+                f"job name {name!r} is claimed by {len(entries)} entries of inbox {inbox} ({who}): "
+                "all are skipped until one is renamed"
             )
-        jobs[name] = files
+            continue
+        jobs[name] = entries[0][1]
     return jobs
 
 

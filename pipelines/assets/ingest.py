@@ -36,11 +36,14 @@ def job_files(job: str, resource: WarehouseResource, config: TraceEventsConfig) 
     """The files to ingest for `job`: the configured list, else the job's entry in the inbox."""
     if config.paths:
         return [Path(p).expanduser().resolve() for p in config.paths]
-    jobs = discover_jobs(resource.inbox_path)
+    skipped: list[str] = []
+    jobs = discover_jobs(resource.inbox_path, skipped)
     if job not in jobs:
+        why = [line for line in skipped if repr(job) in line or f"/{job}" in line]
         raise dg.Failure(
             description=f"job {job!r} has no trace files in inbox {resource.inbox_path} "
-            f"(jobs there: {sorted(jobs) or 'none'}); pass `paths` in the asset config instead",
+            + (f"({'; '.join(why)})" if why else f"(jobs there: {sorted(jobs) or 'none'})")
+            + "; pass `paths` in the asset config instead",
         )
     return jobs[job]
 
