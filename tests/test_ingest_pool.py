@@ -66,3 +66,89 @@ def test_pool_and_inline_give_the_same_events(
         )
 
     assert rows(tmp_path / "pool") == rows(tmp_path / "inline")
+
+
+def _children(pid: int) -> set[int]:
+    """Live child processes of `pid` (Linux /proc)."""
+    out: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out |= {int(c) for c in (task / "children").read_text().split()}
+        except OSError:
+            continue
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+_POOL_PARENT = """
+import sys, time
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+from warehouse.ingest_process import prepare_ingest_worker
+from lumos.replay.fleet import _init_worker
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    init, args = (prepare_ingest_worker, ()) if sys.argv[1] == "ingest" else (_init_worker, (sys.argv[2], 1))
+    with ProcessPoolExecutor(2, mp_context=ctx, initializer=init, initargs=args) as pool:
+        futs = [pool.submit(time.sleep, 600) for _ in range(2)]
+        time.sleep(0.5)
+        print("ready", flush=True)
+        time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+@pytest.mark.parametrize("pool", ["ingest", "replay"])
+def test_pool_workers_end_with_a_killed_parent(pool: str, tmp_path: Path, examples: Path) -> None:
+    """Issue 34, item 4: kill -9 of a process whose pool works (the ingest's parse workers, the
+    fleet replay's workers, with their own initializers) leaves no worker behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.cli_run import ROOT
+
+    catalog = ""
+    if pool == "replay":  # its workers open the catalog first
+        wh = tmp_path / "wh"
+        ingest([examples / "nccl_a100"], warehouse=wh)
+        catalog = str(wh / "lumos.duckdb")
+    script = tmp_path / "parent.py"
+    script.write_text(_POOL_PARENT)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), pool, catalog],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 60
+        workers: set[int] = set()
+        while time.monotonic() < deadline and len(workers) < 2:
+            workers = {c for c in _children(proc.pid) if _alive(c)}
+            time.sleep(0.05)
+        assert len(workers) >= 2, workers
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(w) for w in workers):
+            time.sleep(0.1)
+        assert not [w for w in workers if _alive(w)], "workers outlived their killed parent"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for w in _children(proc.pid):
+            os.kill(w, signal.SIGKILL)

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from warehouse import windows
 from warehouse.errors import TraceError
-from warehouse.ingest_process import prepare_ingest_process
+from warehouse.ingest_process import prepare_ingest_worker
 from warehouse.jobs import (
     RANK_UNKNOWN,
     PlannedFile,
@@ -930,7 +930,7 @@ def ingest(
                 # spawn, not fork: the parent already runs Arrow's thread pools
                 ctx = mp.get_context("spawn")
                 with ProcessPoolExecutor(
-                    n_procs, mp_context=ctx, initializer=prepare_ingest_process
+                    n_procs, mp_context=ctx, initializer=prepare_ingest_worker
                 ) as pool:
                     futures: list[Future] = [pool.submit(_parse_one, tasks[i]) for i in todo]
                     for fut in as_completed(futures):

@@ -12,7 +12,7 @@ import pyarrow as pa
 from warehouse.no_pandas import block_pandas
 from warehouse.readers.columns import POOL
 
-__all__ = ["keep_freed_memory", "prepare_ingest_process"]
+__all__ = ["keep_freed_memory", "prepare_ingest_process", "prepare_ingest_worker"]
 
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
@@ -65,3 +65,12 @@ def prepare_ingest_process() -> None:
     block_pandas()
     pa.set_memory_pool(POOL)
     keep_freed_memory()
+
+
+def prepare_ingest_worker() -> None:
+    """A parse worker's set-up: `prepare_ingest_process`, and end with the ingest that started
+    it (`parent_death.die_with_parent`)."""
+    from warehouse.parent_death import die_with_parent
+
+    die_with_parent()
+    prepare_ingest_process()

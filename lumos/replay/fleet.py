@@ -240,7 +240,9 @@ _WORKER: dict[str, object] = {}
 
 
 def _init_worker(catalog: str, threads: int) -> None:
+    from warehouse.parent_death import die_with_parent
 
+    die_with_parent()  # a killed `lumos replay` takes its workers with it
     con = catalog_connect(catalog)
     # the pool's processes already share the cores: DuckDB's own threads would oversubscribe
     # them. A setting, not a connect-time config: a multi-rank job's collectives open the same
