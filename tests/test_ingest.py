@@ -688,3 +688,41 @@ def test_the_catalog_stamp_stands_for_the_catalog_it_was_written_with(
     stamp.write_text("{not json")
     assert catalog_is_current(warehouse_dir)
     assert json.loads(stamp.read_text())["root"] == str(warehouse_dir.resolve())
+
+
+def test_data_files_are_durable_before_their_manifest_row(
+    examples: Path, warehouse_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34, item 8: every events and trace_meta file is fsync'd, and so are the folders
+    its rename wrote, before the manifest part that makes it visible is written."""
+    import os
+
+    synced: list[tuple[str, int]] = []  # (path, manifest parts present when it was synced)
+    real_fsync, real_open = os.fsync, os.open
+    names: dict[int, str] = {}
+
+    def track_open(path, flags, *args, **kwargs):  # noqa: ANN001, ANN202
+        fd = real_open(path, flags, *args, **kwargs)
+        names[fd] = str(path)
+        return fd
+
+    def track_fsync(fd: int) -> None:
+        parts = len(list((warehouse_dir / "manifest").glob("part-*.parquet")))
+        synced.append((names.get(fd, "?"), parts))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "open", track_open)
+    monkeypatch.setattr(os, "fsync", track_fsync)
+    report = ingest([examples / "nccl_a100"], warehouse=warehouse_dir)
+    monkeypatch.undo()
+    assert not report.refused
+    layout = Layout.at(warehouse_dir)
+    (row,) = query(warehouse_dir, "select job, rank, sha256 from traces")
+    data = [layout.events_file(*row), layout.trace_meta_file(*row)]
+    # the staged files (renamed into place after) were synced while no manifest part existed
+    for suffix in (".events.parquet", ".meta.parquet"):
+        staged = [p for p, n in synced if "_staging" in p and p.endswith(suffix) and n == 0]
+        assert staged, f"no staged {suffix} file fsync'd before the manifest part was written"
+    for f in data:
+        assert f.exists()
+        assert any(p == str(f.parent) and n == 0 for p, n in synced), f.parent

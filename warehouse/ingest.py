@@ -693,10 +693,19 @@ def _commit(
                     in_batch[(job, sha)] = row
             outcomes[task.index] = outcome
         if placed:
+            # the files' bytes reach the disk before the manifest row that makes them visible:
+            # after a power cut an ok row never points at an incomplete file (issue 34, item 8)
+            for src, _ in moves:
+                fsync_path(src)
             _write_journal(layout, placed)
+            made: set[Path] = set()
             for src, dst in moves:
-                dst.parent.mkdir(parents=True, exist_ok=True)
+                if not dst.parent.is_dir():
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    made.update(dst.parents[:3])  # rank=, job= and the table's folder
                 os.replace(src, dst)
+            for folder in {dst.parent for _, dst in moves} | made:
+                fsync_path(folder)  # the renames (and new partition folders) are durable too
         append_rows(layout, rows)  # the commit point: last
         layout.journal_path.unlink(missing_ok=True)
         compact(layout)
