@@ -726,3 +726,31 @@ def test_data_files_are_durable_before_their_manifest_row(
     for f in data:
         assert f.exists()
         assert any(p == str(f.parent) and n == 0 for p, n in synced), f.parent
+
+
+def test_files_that_say_nothing_or_something_wrong_are_refused_by_name(
+    examples: Path, tmp_path: Path, warehouse_dir: Path
+) -> None:
+    """Issue 34, item 7: a trace with no events, a `distributedInfo.rank` that is not an
+    integer, and gzip of zeros are each refused with what is wrong, not ingested as something
+    else."""
+    src = examples / "dlrm_8rank" / "worker0_step_12.1694128201545.pt.trace.json.gz"
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    empty = dict(doc, traceEvents=[])
+    three = dict(doc, distributedInfo={**doc.get("distributedInfo", {}), "rank": "three"})
+    files = {
+        "empty.json": (json.dumps(empty).encode(), "no events"),
+        "three.json": (
+            json.dumps(three).encode(),
+            "distributedInfo.rank 'three' is not an integer",
+        ),
+        "zeros.json.gz": (gzip.compress(b"\0" * 65536), "only zero bytes"),
+    }
+    for name, (data, _) in files.items():
+        (tmp_path / name).write_bytes(data)
+    report = ingest([tmp_path / n for n in files], warehouse=warehouse_dir)
+    errors = {Path(r.path).name: r.error for r in report.refused}
+    assert set(errors) == set(files)
+    for name, (_, why) in files.items():
+        assert why in errors[name] and name in errors[name], errors[name]
+    assert query(warehouse_dir, "select count(*) from events") == [(0,)]

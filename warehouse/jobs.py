@@ -165,6 +165,17 @@ def _declared_rank(rank: int | None, top_level: dict[str, str]) -> int | None:
     return rank
 
 
+def _bad_declared_rank(top_level: dict[str, str]) -> str | None:
+    """What is wrong with a distributedInfo.rank that is present but not an integer."""
+    dist = _parse(top_level.get("distributedInfo"))
+    if not isinstance(dist, dict) or dist.get("rank") is None:
+        return None
+    value = dist["rank"]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return None
+    return f"distributedInfo.rank {value!r} is not an integer"
+
+
 def _own_job(planned: PlannedFile, rank: int | None, top_level: dict[str, str]) -> bool:
     """A file among several of a folder's job that names no rank and no job: a run of its own."""
     return (
@@ -196,6 +207,8 @@ def resolve_rank(
 ) -> tuple[int, str]:
     """(rank, source) from the reader's rank (distributedInfo), else the file name, else 0 for a
     one-file job. Raises TraceError for a file of a multi-file job whose rank cannot be known."""
+    if rank is None and (bad := _bad_declared_rank(top_level)) is not None:
+        raise TraceError(planned.path, bad)
     rank = _declared_rank(rank, top_level)
     if rank is not None:
         if not 0 <= rank < 2**31:

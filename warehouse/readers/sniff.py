@@ -81,6 +81,8 @@ def wide_encoding(head: bytes) -> str | None:
 
 def describe_binary(head: bytes) -> str:
     first = head[:8].hex(" ")
+    if head and not head.strip(b"\x00"):  # before the UTF-16 test: zeros have NULs everywhere
+        return "only zero bytes (a file allocated but never written, or wiped): not a trace"
     wide = wide_encoding(head)
     if wide:
         return f"{wide} text (first bytes {first}); a trace is UTF-8 JSON: re-encode it to UTF-8"
