@@ -754,3 +754,18 @@ def test_files_that_say_nothing_or_something_wrong_are_refused_by_name(
     for name, (_, why) in files.items():
         assert why in errors[name] and name in errors[name], errors[name]
     assert query(warehouse_dir, "select count(*) from events") == [(0,)]
+
+
+def test_linked_folders_are_walked_once_and_loops_are_named(
+    examples: Path, tmp_path: Path, warehouse_dir: Path
+) -> None:
+    """Issue 34, item 7: a job folder linked into the argument is ingested (it was skipped
+    without a word), and a link back up is named as skipped instead of walked forever."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "dlrm").symlink_to(examples / "dlrm_8rank", target_is_directory=True)
+    (jobs / "loop").symlink_to(tmp_path, target_is_directory=True)
+    report = ingest([jobs], warehouse=warehouse_dir)
+    assert not report.refused
+    assert len(report.ingested) == 8
+    assert any("already walked" in why for _, why in report.skipped), report.skipped

@@ -51,7 +51,7 @@ def discover_jobs(inbox: Path, skipped: list[str] | None = None) -> dict[str, li
                 if real == home or real in home.parents:
                     notes.append(f"{entry}: links to {real}, which holds the inbox itself: skipped")
                     continue
-                files = find_trace_files(entry)
+                files = find_trace_files(entry, notes)
             elif is_trace_file(entry):
                 files = [entry]
             else:

@@ -426,7 +426,8 @@ def _parse_one(task: _Task) -> _Staged:
             raise TraceError(planned.path, f"reader reported {n_events} events but yielded {n}")
         if n == 0:
             raise TraceError(
-                planned.path, "no events: its `traceEvents` is empty (the profiler recorded nothing)"
+                planned.path,
+                "no events: its `traceEvents` is empty (the profiler recorded nothing)",
             )
         out.n_events = n
         out.events_tmp, out.meta_tmp = events_tmp, meta_tmp

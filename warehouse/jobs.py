@@ -106,7 +106,10 @@ def plan_inputs(
             raise InputError(p, "no such file or directory")
         p = p.resolve()
         if p.is_dir():
-            files = find_trace_files(p)
+            notes: list[str] = []
+            files = find_trace_files(p, notes)
+            if skipped is not None:  # unreadable folders, links walked already
+                skipped.extend((str(p), note) for note in notes)
             if not files:
                 empty.append(p)
                 continue

@@ -106,17 +106,36 @@ def is_trace_file(path: Path) -> bool:
 SIDECAR_NAMES = frozenset({"measured.json"})
 
 
-def find_trace_files(directory: Path) -> list[Path]:
+def find_trace_files(directory: Path, skipped: list[str] | None = None) -> list[Path]:
     """Trace files under `directory` at any depth, sorted, skipping hidden files and folders and
-    the known sidecar files (`SIDECAR_NAMES`)."""
+    the known sidecar files (`SIDECAR_NAMES`). Linked folders are followed (each real folder
+    once: a link back up is not walked again); a folder that cannot be read, or a link walked
+    already, is named in `skipped` when given."""
     directory = Path(directory)
-    out = []
-    for p in directory.rglob("*"):
-        rel = p.relative_to(directory).parts
-        if any(part.startswith(".") for part in rel):
+    notes: list[str] = [] if skipped is None else skipped
+    out: list[Path] = []
+    seen: set[tuple[int, int]] = set()
+
+    def unreadable(err: OSError) -> None:
+        notes.append(f"{err.filename}: cannot be read ({err.strerror or err}): skipped")
+
+    for folder, dirs, files in os.walk(directory, onerror=unreadable, followlinks=True):
+        try:
+            st = os.stat(folder)
+        except OSError as err:
+            unreadable(err)
+            dirs[:] = []
             continue
-        if is_trace_file(p) and p.name not in SIDECAR_NAMES:
-            out.append(p)
+        if (st.st_dev, st.st_ino) in seen:
+            notes.append(f"{folder}: a link to a folder already walked: skipped")
+            dirs[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            p = Path(folder) / name
+            if not name.startswith(".") and is_trace_file(p) and name not in SIDECAR_NAMES:
+                out.append(p)
     return sorted(out)
 
 
