@@ -769,3 +769,37 @@ def test_linked_folders_are_walked_once_and_loops_are_named(
     assert not report.refused
     assert len(report.ingested) == 8
     assert any("already walked" in why for _, why in report.skipped), report.skipped
+
+
+def test_a_killed_writers_temporary_files_are_swept(examples: Path, warehouse_dir: Path) -> None:
+    """Issue 34, item 4: temporary files a killed catalog build or replay left (their writer's
+    pid is gone) are removed by the next catalog build; a live writer's are kept."""
+    import os
+    import subprocess
+    import sys
+
+    from warehouse.catalog import build_catalog
+    from warehouse.layout import temp_path
+
+    ingest([examples / "nccl_a100"], warehouse=warehouse_dir)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = int(gone.stdout)
+    derived = warehouse_dir / "schedules" / "job=nccl_a100"
+    derived.mkdir(parents=True)
+    stale = [
+        warehouse_dir / f".lumos.duckdb.{dead}-{'a' * 32}.tmp",
+        warehouse_dir / f".lumos.duckdb.{dead}-{'a' * 32}.tmp.wal",
+        derived / f".part.parquet.{dead}-{'b' * 32}.tmp",
+    ]
+    live = temp_path(derived / "part.parquet")
+    for p in [*stale, live]:
+        p.write_bytes(b"partial")
+    assert str(os.getpid()) in live.name
+    build_catalog(warehouse_dir)
+    assert not [p for p in stale if p.exists()]
+    assert live.exists()

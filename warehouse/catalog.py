@@ -20,7 +20,7 @@ from pathlib import Path
 
 import lumos_sql
 from lumos_sql import taxonomy
-from warehouse.layout import SCHEMA_FILE, Layout, keep_schema_file
+from warehouse.layout import SCHEMA_FILE, Layout, keep_schema_file, sweep_stale_temps, temp_path
 from warehouse.manifest import commit_lock
 from warehouse.schema import TABLES
 
@@ -123,7 +123,9 @@ def build_catalog(warehouse: str | os.PathLike[str]) -> Path:
     layout = Layout.at(warehouse)
     with commit_lock(layout):  # ingest's cleanup of temporary files runs under this lock
         layout.ensure()
-    tmp = layout.root / f".{layout.catalog_path.name}.{uuid.uuid4().hex}.tmp"
+    # a killed build's or replay's temporary files, here and beside the derived tables' files
+    sweep_stale_temps([layout.root, *layout.root.glob("*/job=*")])
+    tmp = temp_path(layout.catalog_path)
     try:
         con = duckdb.connect(str(tmp))
         try:

@@ -159,12 +159,44 @@ def keep_schema_file(folder: Path, schema: pa.Schema) -> None:
     write_parquet_atomic(empty_table(schema), marker)
 
 
+def temp_path(target: Path) -> Path:
+    """A temporary file beside `target`, named with this process's id (`sweep_stale_temps`)."""
+    return target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp")
+
+
+_TEMP_PID = re.compile(r"\.(\d+)-[0-9a-f]{32}\.tmp(\.wal)?$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def sweep_stale_temps(folders: list[Path]) -> int:
+    """Remove the temporary files (`temp_path`) in `folders` whose writer is no longer running
+    (a killed catalog build or replay left them); returns how many. A writer on another host
+    sharing the folder is not seen: its files are kept unless its pid is reused here."""
+    removed = 0
+    for folder in folders:
+        for tmp in folder.glob(".*.tmp*"):
+            m = _TEMP_PID.search(tmp.name)
+            if m and not _pid_alive(int(m.group(1))):
+                tmp.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
 def write_parquet_atomic(
     table: pa.Table, target: Path, compression: str = PARQUET_COMPRESSION
 ) -> None:
     """Write `table` to a temporary file beside `target`, fsync it, then rename it into place."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    tmp = temp_path(target)
     try:
         pq.write_table(table, tmp, compression=compression)
         fsync_path(tmp)
