@@ -80,6 +80,26 @@ def test_constraint_interpreter_arithmetic():
     assert c.holds({"dp": 3, "pp": 1, "layers": 4})
 
 
+def test_constraints_and_grids_are_bounded(tmp_path):
+    """Issue 34, item 6: a constraint that would compute a huge number or string, and a grid of
+    more points than a sweep can hold, are answered at once."""
+    import time
+
+    from lumos.estimate.sweep import MAX_GRID_POINTS
+
+    t0 = time.perf_counter()
+    assert parse_constraint("10 ** 10 ** 10 > 1", set(), "x").holds({})
+    assert not parse_constraint("dp ** 1000000 < 0", {"dp"}, "x").holds({"dp": 7})
+    assert parse_constraint("2 ** 10 == 1024 and 3 * 4 == 12", set(), "x").holds({})
+    assert time.perf_counter() - t0 < 5  # each used to run unbounded
+    with pytest.raises(TypeError, match="strings cannot be multiplied"):
+        parse_constraint("'x' * 1000000000 == 'x'", set(), "x").holds({})
+    axis = list(range(1, 1001))
+    p = _grid(tmp_path, f"grid: {{layers: {axis}, micro_batch: {axis}}}\n")
+    with pytest.raises(GridError, match=f"1,000,000 points .* more than {MAX_GRID_POINTS:,}"):
+        load_grid(p)
+
+
 def test_missing_grid_file_is_clear(tmp_path):
     with pytest.raises(GridError, match="cannot read the grid file"):
         load_grid(tmp_path / "nope.yaml")

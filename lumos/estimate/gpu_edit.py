@@ -29,6 +29,7 @@ import pyarrow as pa
 from kernels.graph import Kind
 from lumos.estimate.gpu_step import BLOCK_BWD, BLOCK_FWD, GpuStep
 from lumos.estimate.layers import BLOCK, ROLE
+from lumos.estimate.transforms import MAX_TASKS
 
 __all__ = ["Coll", "EditedStep", "add_collectives", "edit_step", "layer_map"]
 
@@ -84,6 +85,8 @@ class Coll(IntEnum):
 TP_SUM_FORWARD = (ROLE["gemm_out"], ROLE["gemm_down"])
 TP_SUM_BACKWARD = (ROLE["gemm_qkv"], ROLE["gemm_up"])
 TP_NAME = "AllReduce (tensor parallel, modelled)"
+# the largest edited step graph built (as `transforms.MAX_TASKS` bounds the CPU template's)
+MAX_GRAPH_TASKS = MAX_TASKS
 DP_NAME = "AllReduce (DDP gradients, modelled)"
 
 
@@ -168,6 +171,16 @@ def edit_step(
             "from it is not supported yet (trace a run without checkpointing as the base)"
         )
     recompute = recompute and not base_recompute
+    # refused before anything is built: the edit's lists and the replay grow with the graph
+    in_layers = int(np.count_nonzero(step.layer >= 0))
+    per_layer = in_layers / max(base_layers * base_mbs, 1) * (1.5 if recompute else 1.0)
+    n_tasks = int(step.n + per_layer * (layers * micro_batches - base_layers * base_mbs))
+    if n_tasks > MAX_GRAPH_TASKS:
+        raise EditError(
+            f"{step.job}: layers={layers} x micro-batches={micro_batches} would be a step graph "
+            f"of ~{n_tasks:,} tasks ({per_layer:,.0f} per layer and micro-batch); the estimator "
+            f"builds at most {MAX_GRAPH_TASKS:,} (memory grows with it, ~300 bytes a task)"
+        )
     head, sec, tail = _sections(step)
     mbs = sorted({m for _, m in sec})
     if not mbs or ("b", mbs[0]) not in sec:

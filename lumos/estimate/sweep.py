@@ -33,6 +33,7 @@ from __future__ import annotations
 import ast
 import itertools
 import json
+import math
 import operator
 import time
 import uuid
@@ -45,14 +46,41 @@ from lumos.estimate.config import KEYS, ConfigError, ModelConfig, parse_value
 from lumos.estimate.estimator import SPEEDUP_PREFIX, Estimator, Prediction, split_speedups
 from lumos.estimate.transforms import TransformError
 
+# A grid's points (the product of its axes) above this are refused before anything runs: at
+# ~1,600 configurations per CPU-second this is minutes of replay and ~1 GB of rows.
+MAX_GRID_POINTS = 250_000
+# A constraint's numbers stay in float range: an integer power or product beyond this is taken
+# as a float (inf past 1e308), never computed digit by digit (`10**10**10` would not return).
+_EXACT_LIMIT = 1 << 128
+
+
+def _pow(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int) and b >= 0:
+        if abs(a) <= 1 or b * abs(a).bit_length() <= _EXACT_LIMIT.bit_length():
+            return a**b
+    try:
+        return float(a) ** float(b)
+    except OverflowError:
+        return math.inf
+
+
+def _mul(a: Any, b: Any) -> Any:
+    if isinstance(a, str) or isinstance(b, str):  # 'x' * 10**9 would build a string
+        raise TypeError("strings cannot be multiplied in a constraint")
+    out = a * b
+    if isinstance(out, int) and abs(out) > _EXACT_LIMIT:
+        return float(out)
+    return out
+
+
 _BINOPS = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
+    ast.Mult: _mul,
     ast.Div: operator.truediv,
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
+    ast.Pow: _pow,
 }
 _CMPOPS = {
     ast.Eq: operator.eq,
@@ -304,6 +332,12 @@ def load_grid(path: str | Path) -> Grid:
         if twice:  # each would be estimated and stored again, a duplicate row per combination
             raise GridError(f"{where}: grid: {key} lists {', '.join(twice)} more than once")
         grid.axes[key] = typed
+    if grid.size > MAX_GRID_POINTS:
+        sizes = " x ".join(f"{len(v)} {k}" for k, v in grid.axes.items())
+        raise GridError(
+            f"{where}: grid: {grid.size:,} points ({sizes}) is more than {MAX_GRID_POINTS:,}: "
+            "split it into several grid files, or narrow an axis"
+        )
     cons = doc.get("constraints") or []
     if not isinstance(cons, list):
         raise GridError(f"{where}: constraints: must be a list of expressions")

@@ -53,9 +53,10 @@ N_ROLES = len(ROLES)
 SCHEDULES = ("1f1b", "gpipe")
 
 
-# the largest step graph the estimator builds: ~100 bytes a task across its arrays, and a
-# layer count of 10^8 (a typo away from 10^3) exhausted a 24 GB machine
-MAX_TASKS = 20_000_000
+# the largest step graph the estimator builds: ~300 bytes a task at its peak (arrays, the
+# replay's state), so ~1.5 GB; 20M let `layers=140000` pass 6 GB (issue 34). A 128-layer model
+# with 32 micro-batches is ~2.5M tasks on a GPU step graph
+MAX_TASKS = 5_000_000
 
 
 class TransformError(ValueError):
@@ -297,7 +298,7 @@ def build(tpl: Template, s: Structure, *, blocks: _Blocks | None = None) -> Edit
             f"the step of layers={s.layers} x num_micro_batches={s.num_micro_batches} would be a "
             f"graph of ~{n_tasks:,} tasks (the base's layer has "
             f"{per_layer + b.get('b_layer', 0, 0).size}); the estimator builds at most "
-            f"{MAX_TASKS:,} (memory grows with it: 10^8 layers took 24 GB)"
+            f"{MAX_TASKS:,} (memory grows with it, ~300 bytes a task)"
         )
     counts = stage_layers(s.layers, s.pp)
     first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
