@@ -393,8 +393,11 @@ def test_refused_file_recorded_once_and_reported_again(
         gzip.decompress((examples / "nccl_a100" / "nccl_data.json.gz").read_bytes())[:5000]
     )
     first = ingest([bad], warehouse=warehouse_dir).files[0]
-    second = ingest([bad], warehouse=warehouse_dir).files[0]
+    again = ingest([bad], warehouse=warehouse_dir)
+    second = again.files[0]
     assert (first.action, second.action) == ("refused", "still refused")
+    # counted once, as refused (issue 34, item 7: it was counted unchanged and refused)
+    assert "1 file(s): 0 ingested, 0 unchanged, 1 refused" in again.summary()
     assert second.error == first.error
     parts = list((warehouse_dir / "manifest").glob("part-*.parquet"))
     rows = [r for p in parts for r in pq.read_table(p, schema=TRACES).to_pylist()]

@@ -147,7 +147,9 @@ class IngestReport:
 
     @property
     def unchanged(self) -> list[FileOutcome]:
-        return [f for f in self.files if f.action in ("unchanged", "still refused")]
+        """Files already in the warehouse as they are (a file refused again is counted once, as
+        refused: the summary's counts add up to the files)."""
+        return [f for f in self.files if f.action == "unchanged"]
 
     @property
     def n_events(self) -> int:
