@@ -194,13 +194,13 @@ def test_lumos_estimate_uses_the_gpu_graph(gpu_wh, gpu_runs):
     # a sweep predicts the same as one estimate
     (q,) = est.predict([est.target({"layers": 16})])
     assert q.predicted_ns == p.predicted_ns
-    # pipeline stages still go through the CPU template's transforms, scaled to the step
-    # without the profiler: at the base itself both paths agree
-    pp2 = est.target({"pp": 2, "num_micro_batches": 2})
-    r = est.explain(pp2)
+    # ZeRO still goes through the CPU template's transforms, scaled to the step without the
+    # profiler: at the base itself both paths agree
+    zero = est.target({"dp": 2, "zero_stage": 1})
+    r = est.explain(zero)
     assert "CPU-operator template" in r.warnings[0]
     assert est._profiler_scale() < 0.9
-    raw = est._template_explain(pp2).predicted_ns
+    raw = est._template_explain(zero).predicted_ns
     assert r.predicted_ns == pytest.approx(raw * est._profiler_scale(), abs=1)
     base = est.explain(est.base)
     scale = est._profiler_scale()
@@ -439,3 +439,45 @@ def test_collective_model_of_a_gpu_base_follows_its_link():
     assert pcie < 0.2 * h100.bw_bytes_per_ns
     assert CommModel.for_device("Some Accelerator").bw_bytes_per_ns == DEFAULTS["gpu"][1]
     assert CommModel.for_device(None).source == "default-gpu"
+
+
+def test_pipeline_stages_split_the_layers_and_pass_activations(gpu_wh):
+    """pp=2 with four micro-batches from the single-GPU trace: two stages on two devices, the
+    first holding the embedding and layers 0-3, the second layers 4-7 and the LM head; 1F1B's
+    order on each; a transfer before each pass that needs the other stage's output."""
+    from lumos.estimate.estimator import Estimator
+    from lumos.estimate.gpu_edit import Coll, pipeline_order
+    from lumos.estimate.layers import ROLE
+
+    est = Estimator.open(gpu_wh.root, f"gpu_h100/{BASE}")
+    cfg, model, e = _collectives(est, pp=2, num_micro_batches=4)
+    ed, st = e.edited, est.gpu
+    assert ed.stage is not None and set(np.unique(ed.stage)) == {0, 1}
+    for s, layers in ((0, {0, 1, 2, 3}), (1, {4, 5, 6, 7})):
+        on = ed.stage == s
+        assert set(np.unique(ed.layer[on & (ed.layer >= 0)])) == layers
+    head = st.is_gpu[ed.base] & (st.role[ed.base] == ROLE["gemm_head"])
+    assert head.any() and (ed.stage[head] == 1).all()
+    devices = np.asarray(ed.tasks.column("device").fill_null(-1).to_numpy())
+    gpu = st.is_gpu[ed.base]
+    assert len({int(d) for d in devices[gpu & (ed.stage == 0)]}) == 1
+    assert set(devices[gpu & (ed.stage == 0)]).isdisjoint(devices[gpu & (ed.stage == 1)])
+    assert pipeline_order("1f1b", 0, 2, 4) == [
+        ("f", 0),
+        ("f", 1),
+        ("b", 0),
+        ("f", 2),
+        ("b", 1),
+        ("f", 3),
+        ("b", 2),
+        ("b", 3),
+    ]
+    pp = np.flatnonzero(ed.coll == int(Coll.PP))
+    assert pp.size == 2 * (cfg.pp - 1) * cfg.num_micro_batches
+    proc = np.asarray(ed.tasks.column("proc").to_numpy())
+    nxt = pp + 1  # the pass it feeds starts right after it on the same stream
+    assert (proc[nxt] == proc[pp]).all() and gpu[nxt].all() and (ed.coll[nxt] < 0).all()
+    # pipelining: two stages run eight micro-batches in less than one GPU, not twice as fast
+    _, _, one = _collectives(est, num_micro_batches=8)
+    _, _, two = _collectives(est, pp=2, num_micro_batches=8)
+    assert 0.5 * one.predicted_ns < two.predicted_ns < 0.8 * one.predicted_ns

@@ -102,7 +102,7 @@ GPU_STEP_DIR = "gpu_step"
 # the largest speed-up (or slow-down) a what-if may ask of a kernel class: beyond it the step is
 # its idle gaps alone (speedup.all=1e308 predicted 5.9 ms for a 60 ms step)
 MAX_SPEEDUP = 1000.0
-GPU_SAME_KEYS = ("pp", "zero_stage", "sequence_parallel", "vocab_parallel")
+GPU_SAME_KEYS = ("zero_stage", "sequence_parallel", "vocab_parallel")
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -756,8 +756,8 @@ class Estimator:
             for key, v in p.breakdown.items()
         }
         note = (
-            "a change the GPU step graph does not model yet (pipeline stages, ZeRO, sequence or "
-            "vocabulary parallelism, speed-ups, no recomputation from a base that recomputes): "
+            "a change the GPU step graph does not model yet (ZeRO, sequence or vocabulary "
+            "parallelism, speed-ups, no recomputation from a base that recomputes): "
             "the CPU-operator "
             f"template's estimate, scaled by {k:.3f} (the base's step without the profiler, "
             "from its GPU step graph, over the template's traced step)"
@@ -817,10 +817,11 @@ class Estimator:
 
     def _gpu_path(self, cfg: ModelConfig, speedup: Mapping[str, float] | None) -> bool:
         """Whether `cfg` is predicted from the base's GPU step graph: a single-GPU base, no
-        speed-ups asked for, data and tensor parallelism only (`gpu_edit.add_collectives`; no
-        pipeline stages, ZeRO, sequence or vocabulary parallelism yet), and no recomputation
-        taken out of a base that recomputes (its recomputed forward runs inside the backward's
-        operators, which the edits do not split yet)."""
+        speed-ups asked for, data, tensor and pipeline parallelism only
+        (`gpu_edit.add_collectives`, `gpu_pipeline`; no ZeRO, sequence or vocabulary
+        parallelism yet), and no recomputation taken out of a base that recomputes (its
+        recomputed forward runs inside the backward's operators, which the edits do not split
+        yet)."""
         if self.gpu is None or speedup:
             return False
         if self.base.recompute != "none" and cfg.recompute == "none":
@@ -889,9 +890,14 @@ class Estimator:
             f"profiler ({PROFILER_EVENT_NS / 1e3:.1f} us per recorded CPU event taken out)"
             + (f"; {traced}" if traced else "")
         ]
-        if cfg.tp > 1 or cfg.dp > 1:
+        if cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1:
             comm = self._gpu_model().comm
             what = []
+            if cfg.pp > 1:
+                what.append(
+                    f"pp={cfg.pp} ({cfg.pp_schedule}): one stage per GPU, each forward's "
+                    "activations and backward's gradients sent to the next / previous stage"
+                )
             if cfg.tp > 1:
                 what.append(
                     f"tp={cfg.tp}: an all-reduce of the activations on the compute stream after "
@@ -903,8 +909,9 @@ class Estimator:
                     "last micro-batch's backward, the optimizer waiting for them"
                 )
             notes.append(
-                f"collectives added to the graph ({'; '.join(what)}), each a ring: "
-                "2(n-1) x alpha + 2(n-1)/n x bytes / bw; " + "; ".join(comm.notes)
+                f"collectives added to the graph ({'; '.join(what)}), an all-reduce a ring: "
+                "2(n-1) x alpha + 2(n-1)/n x bytes / bw, a transfer alpha + bytes / bw; "
+                + "; ".join(comm.notes)
             )
         if cfg.recompute != self.base.recompute:
             notes.append(

@@ -26,7 +26,7 @@ from enum import IntEnum
 import numpy as np
 import pyarrow as pa
 
-from kernels.graph import Kind
+from kernels.graph import Kind, Rt
 from lumos.estimate.gpu_step import BLOCK_BWD, BLOCK_FWD, GpuStep
 from lumos.estimate.layers import BLOCK, ROLE
 from lumos.estimate.transforms import MAX_TASKS
@@ -49,7 +49,8 @@ class EditedStep:
     it) and ``piece`` (`Piece` code: a checkpointed layer's forward, its recomputation, else
     plain). ``back``: the copies that make up each micro-batch's backward, in order. ``coll``:
     the `Coll` code of each task (a collective `add_collectives` made; NONE for the others),
-    None when there are none."""
+    None when there are none. ``sections``: each forward (`f`) and backward (`b`) placed, with
+    its micro-batch and copies, in order. ``stage``: each task's pipeline stage (None: one)."""
 
     base: np.ndarray
     copy: np.ndarray
@@ -59,6 +60,8 @@ class EditedStep:
     piece: np.ndarray
     back: list[list[int]] = field(default_factory=list)
     coll: np.ndarray | None = None
+    sections: list[tuple[str, int, list[int]]] = field(default_factory=list)
+    stage: np.ndarray | None = None
 
 
 class Piece(IntEnum):
@@ -69,6 +72,38 @@ class Piece(IntEnum):
     RECOMPUTED = 2  # that forward run again before the layer's backward
 
 
+@dataclass
+class Stage:
+    """One pipeline stage's part of the step: target layers ``lo..hi-1``, whether it holds the
+    embedding's side (``first``) and the head and loss (``last``), and its ``order`` of forward
+    (`f`) and backward (`b`) passes per micro-batch (`pipeline_order`)."""
+
+    lo: int
+    hi: int
+    first: bool
+    last: bool
+    order: list[tuple[str, int]]
+
+
+def pipeline_order(
+    schedule: str, stage: int, stages: int, micro_batches: int
+) -> list[tuple[str, int]]:
+    """The passes a stage runs, in order: GPipe all forwards then all backwards; 1F1B
+    ``stages - stage - 1`` forwards to fill the pipe, then one forward and one backward in
+    turn, then the backwards left."""
+    if schedule == "gpipe":
+        return [("f", m) for m in range(micro_batches)] + [("b", m) for m in range(micro_batches)]
+    warm = min(stages - stage - 1, micro_batches)
+    out = [("f", m) for m in range(warm)]
+    f = warm
+    for b in range(micro_batches):
+        if f < micro_batches:
+            out.append(("f", f))
+            f += 1
+        out.append(("b", b))
+    return out
+
+
 class Coll(IntEnum):
     """A collective `add_collectives` puts in the step (`EditedStep.coll`)."""
 
@@ -77,6 +112,7 @@ class Coll(IntEnum):
     DP_HEAD = 1  # DDP's all-reduce of the gradients of the parts after the layers (LM head)
     DP_LAYER = 2  # ... of one layer's gradients
     DP_EMBED = 3  # ... of the parts before the layers (the embedding)
+    PP = 4  # a pipeline stage's activations (or their gradients) sent to the next (previous)
 
 
 # Megatron's tensor parallelism: a row-parallel linear's output is summed over the group in the
@@ -85,6 +121,7 @@ class Coll(IntEnum):
 TP_SUM_FORWARD = (ROLE["gemm_out"], ROLE["gemm_down"])
 TP_SUM_BACKWARD = (ROLE["gemm_qkv"], ROLE["gemm_up"])
 TP_NAME = "AllReduce (tensor parallel, modelled)"
+PP_NAME = "SendRecv (pipeline stages, modelled)"
 # the largest edited step graph built (as `transforms.MAX_TASKS` bounds the CPU template's)
 MAX_GRAPH_TASKS = MAX_TASKS
 DP_NAME = "AllReduce (DDP gradients, modelled)"
@@ -158,11 +195,13 @@ def edit_step(
     *,
     recompute: bool = False,
     base_recompute: bool = False,
+    stage: Stage | None = None,
 ) -> EditedStep:
     """The target step's graph: `layers` per micro-batch, `micro_batches` forward+backward
     passes, from a base of `base_layers` and `base_mbs`. `recompute` (full activation
     checkpointing): each layer's forward runs again on the backward's thread right before
-    that layer's backward."""
+    that layer's backward. `stage`: one pipeline stage's part of it (its layers, the model's
+    ends it holds, its schedule's order of forwards and backwards); the whole step if None."""
     if layers < 1 or micro_batches < 1:
         raise EditError(f"{step.job}: layers and micro-batches must be >= 1")
     if base_recompute and not recompute:
@@ -206,39 +245,51 @@ def edit_step(
         moved.extend([to_proc] * len(tasks))
         n_copy += 1
 
+    st = stage or Stage(0, layers, True, True, [(k, m) for m in range(micro_batches) for k in "fb"])
+    sections: list[tuple[str, int, list[int]]] = []
+
     def place_section(
-        tasks: list[int], again: dict[int, list[int]] | None = None, checkpointed: bool = False
+        tasks: list[int],
+        backward: bool,
+        again: dict[int, list[int]] | None = None,
+        checkpointed: bool = False,
     ) -> list[int]:
         first = n_copy
         pre, runs, ids, post = _layer_runs(tasks, step.layer)
-        place(pre)
+        # the parts before and after the layers: the embedding's side (the forward's prefix,
+        # the backward's suffix) is the first stage's, the head and loss the last stage's
+        if st.last if backward else st.first:
+            place(pre)
         if runs:
             by_layer = dict(zip(ids, runs, strict=True))
-            order = layer_map(base_layers, layers)
-            if len(ids) > 1 and ids[0] > ids[-1]:  # backward: last layer first
-                order = order[::-1]
-                targets = list(range(layers))[::-1]
-            else:
-                targets = list(range(layers))
+            targets = list(range(st.lo, st.hi))
+            order = [layer_map(base_layers, layers)[j] for j in targets]
+            if backward or (len(ids) > 1 and ids[0] > ids[-1]):  # backward: last layer first
+                order, targets = order[::-1], targets[::-1]
             for j, b in zip(targets, order, strict=True):
                 if b not in by_layer:
                     raise EditError(f"{step.job}: base layer {b} has no tasks in a section")
                 if again is not None and b in again:
                     place(again[b], j, int(proc[by_layer[b][0]]), Piece.RECOMPUTED)
                 place(by_layer[b], j, piece=Piece.CHECKPOINTED if checkpointed else Piece.PLAIN)
-        place(post)
+        if st.first if backward else st.last:
+            place(post)
         return list(range(first, n_copy))
 
     place(head)
-    for m in range(micro_batches):
+    for kind, m in st.order:
         src = mbs[-1] if m == micro_batches - 1 else mbs[min(m, len(mbs) - 1)]
         fwd = sec.get(("f", src), [])
-        place_section(fwd, checkpointed=recompute)
+        if kind == "f":
+            sections.append(("f", m, place_section(fwd, False, checkpointed=recompute)))
+            continue
         again = None
         if recompute:
             _, runs, ids, _ = _layer_runs(fwd, step.layer)
             again = dict(zip(ids, runs, strict=True))
-        back_from.append(place_section(sec.get(("b", src), []), again))
+        copies = place_section(sec.get(("b", src), []), True, again)
+        back_from.append(copies)
+        sections.append(("b", m, copies))
     place(tail)
     return _assemble(
         step,
@@ -248,6 +299,7 @@ def edit_step(
         np.array(moved, np.int64),
         back_from,
         np.array(piece_of, np.int64),
+        sections,
     )
 
 
@@ -259,6 +311,7 @@ def _assemble(
     moved: np.ndarray,
     back_from: list[list[int]],
     piece_of: np.ndarray,
+    sections: list[tuple[str, int, list[int]]],
 ) -> EditedStep:
     gpu = step.is_gpu
     launch = step.launch_src
@@ -310,7 +363,9 @@ def _assemble(
     t = _set(t, "task", np.arange(n, dtype=np.int64))
     t = _set(t, "launch_src", new_launch)
     piece = np.where(copy_a >= 0, piece_of[np.maximum(copy_a, 0)], int(Piece.PLAIN))
-    return EditedStep(base_a, copy_a, np.array(lay, np.int64), t, deps, piece, back_from)
+    return EditedStep(
+        base_a, copy_a, np.array(lay, np.int64), t, deps, piece, back_from, sections=sections
+    )
 
 
 def _set(t: pa.Table, name: str, values: np.ndarray) -> pa.Table:
@@ -374,10 +429,19 @@ def _edges(
             out_k.append(k)
     # each backward copy's last task off the main thread -> the next main-thread task after it
     gpu = step.is_gpu[base]
+    into = set(out_d)
     for copies in back_from:
         members = np.flatnonzero(np.isin(copy, copies) & ~gpu & (new_proc != main))
         if not members.size:
             continue
+        first = int(members.min())
+        before = np.flatnonzero((np.arange(base.shape[0]) < first) & (new_proc == main) & ~gpu)
+        if first not in into and before.size:
+            # a backward whose caller is not in the step (a pipeline stage without the loss:
+            # its `backward(grads)` call is the training loop's): started by the main thread
+            out_s.append(int(before.max()))
+            out_d.append(first)
+            out_k.append("thread")
         last = int(members.max())
         nxt = np.flatnonzero((np.arange(base.shape[0]) > last) & (new_proc == main))
         if nxt.size and new_proc[last] != main:
@@ -393,7 +457,9 @@ def _edges(
     )
 
 
-def add_collectives(step: GpuStep, ed: EditedStep, *, tp: bool, dp: bool) -> EditedStep:
+def add_collectives(
+    step: GpuStep, ed: EditedStep, *, tp: bool, dp: bool, embedding: bool = True
+) -> EditedStep:
     """`ed` with the collectives of tensor and data parallelism as GPU tasks.
 
     - `tp`: an all-reduce on the compute stream after the last kernel of each row-parallel
@@ -402,28 +468,30 @@ def add_collectives(step: GpuStep, ed: EditedStep, *, tp: bool, dp: bool) -> Edi
       Megatron's synchronous all-reduce makes it.
     - `dp`: DistributedDataParallel's gradient all-reduces in the last micro-batch's backward
       (the earlier ones accumulate under `no_sync`) on a stream of their own, one per piece of
-      the backward (the LM head's, each layer's, the embedding's) after that piece's last
-      kernel; the first GPU task after the backward waits for the last of them (DDP's
-      end-of-backward wait before the optimizer).
+      the backward (the LM head's, each layer's, the embedding's: `embedding` says whether the
+      step holds it, a later pipeline stage does not) after that piece's last kernel; the first
+      GPU task after the backward waits for the last of them (DDP's end-of-backward wait
+      before the optimizer).
 
-    Each collective takes its prototype kernel's row (device, launch) with the collective's
-    kind and name and no launch call (it waits for the prototype through an edge; the CPU
-    time of issuing it is not modelled); its duration comes from the communication model
+    Each collective takes its prototype kernel's row (device) with the collective's kind and
+    name and no launch call (it waits for the prototype through an edge; the CPU time of
+    issuing it is not modelled); its duration comes from the communication model
     (`GpuModel.durations`)."""
-    n = ed.base.shape[0]
     b = ed.base
-    kern = step.is_gpu[b] & np.isin(step.kind[b], (int(Kind.GPU_KERNEL), int(Kind.COLLECTIVE)))
+    kern = _kernels(step, ed)
     role, block = step.role[b], step.block[b]
-    anchors: list[tuple[int, int]] = []
+    adds: list[Insert] = []
     if tp:
         last: dict[tuple[int, int], int] = {}
         for i in np.flatnonzero(kern & (ed.layer >= 0)).tolist():
             fwd = int(block[i]) in BLOCK_FWD
             if int(role[i]) in (TP_SUM_FORWARD if fwd else TP_SUM_BACKWARD):
                 last[(int(ed.copy[i]), int(role[i]))] = i
-        anchors += [(i, int(Coll.TP)) for i in last.values()]
-    dp_anchors: list[int] = []
+        adds += [Insert(i, Coll.TP) for i in last.values()]
     if dp and ed.back:
+        proc = np.asarray(ed.tasks.column("proc").to_numpy(), np.int64)
+        comm = int(proc.max()) + 1  # DDP's communication stream: a processor of its own
+        dp_adds: list[Insert] = []
         seen_layer = False
         for c in ed.back[-1]:
             idx = np.flatnonzero((ed.copy == c) & kern & (ed.piece != int(Piece.RECOMPUTED)))
@@ -433,71 +501,125 @@ def add_collectives(step: GpuStep, ed: EditedStep, *, tp: bool, dp: bool) -> Edi
                 code, seen_layer = Coll.DP_LAYER, True
             else:
                 code = Coll.DP_EMBED if seen_layer else Coll.DP_HEAD
-            anchors.append((int(idx.max()), int(code)))
-            dp_anchors.append(int(idx.max()))
-        if dp_anchors and not any(k == int(Coll.DP_EMBED) for _, k in anchors):
+            dp_adds.append(Insert(int(idx.max()), code, proc=comm))
+        if embedding and dp_adds and not any(a.code == Coll.DP_EMBED for a in dp_adds):
             # the embedding's backward ran inside the last layer's piece: its bucket goes last
-            anchors.append((dp_anchors[-1], int(Coll.DP_EMBED)))
-    if not anchors:
+            dp_adds.append(Insert(dp_adds[-1].at, Coll.DP_EMBED, proc=comm))
+        if dp_adds:
+            # the first GPU task after the backward waits for the last bucket
+            after = np.flatnonzero(kern & (np.arange(b.shape[0]) > dp_adds[-1].at))
+            dp_adds[-1].then = int(after[0]) if after.size else -1
+        adds += dp_adds
+    return insert_tasks(step, ed, adds)
+
+
+@dataclass
+class Insert:
+    """A GPU task `insert_tasks` adds: a collective of kind `code` placed right after task `at`
+    (right before it with `before`), waiting for `at` (or for `after` when given), on `at`'s
+    processor or `proc`; `then`: a task that waits for it."""
+
+    at: int
+    code: Coll
+    proc: int = -1
+    before: bool = False
+    after: int = -1
+    then: int = -1
+
+
+def _kernels(step: GpuStep, ed: EditedStep) -> np.ndarray:
+    """Which tasks of `ed` are kernels (collectives included)."""
+    b = ed.base
+    return step.is_gpu[b] & np.isin(step.kind[b], (int(Kind.GPU_KERNEL), int(Kind.COLLECTIVE)))
+
+
+_COLL_NAMES = {
+    Coll.TP: TP_NAME,
+    Coll.DP_HEAD: DP_NAME,
+    Coll.DP_LAYER: DP_NAME,
+    Coll.DP_EMBED: DP_NAME,
+    Coll.PP: PP_NAME,
+}
+
+
+def insert_tasks(step: GpuStep, ed: EditedStep, adds: list[Insert]) -> EditedStep:
+    """`ed` with the GPU tasks `adds` describe. Each takes its anchor's row (device, stream)
+    with the collective kind, the name of its `Coll` and no launch call; ids are renumbered so
+    that every processor keeps its order."""
+    if not adds:
         return ed
-    anchors.sort()
+    n = ed.base.shape[0]
+    # each add's position: after its anchor (before the next task), or before it
+    key = sorted(range(len(adds)), key=lambda k: (adds[k].at + (0 if adds[k].before else 1), k))
     src_row: list[int] = []
     coll: list[int] = []
+    which: list[int] = []  # per new row: the add it is, -1 for an old task
     new_of_old = np.empty(n, np.int64)
     j = 0
-    for i in range(n):
-        new_of_old[i] = len(src_row)
-        src_row.append(i)
-        coll.append(int(Coll.NONE))
-        while j < len(anchors) and anchors[j][0] == i:
-            src_row.append(i)
-            coll.append(anchors[j][1])
+    for i in range(n + 1):
+        while j < len(key) and adds[key[j]].at + (0 if adds[key[j]].before else 1) == i:
+            a = adds[key[j]]
+            src_row.append(a.at)
+            coll.append(int(a.code))
+            which.append(key[j])
             j += 1
+        if i < n:
+            new_of_old[i] = len(src_row)
+            src_row.append(i)
+            coll.append(int(Coll.NONE) if ed.coll is None else int(ed.coll[i]))
+            which.append(-1)
     rows = np.array(src_row, np.int64)
     coll_a = np.array(coll, np.int64)
-    new = np.flatnonzero(coll_a >= 0)
-    is_dp = coll_a > int(Coll.TP)
+    which_a = np.array(which, np.int64)
+    new = np.flatnonzero(which_a >= 0)
     t = ed.tasks.take(pa.array(rows))
     old_launch = np.asarray(ed.tasks.column("launch_src").to_numpy(zero_copy_only=False))
     launch = old_launch[rows]
-    # a collective has no launch call of its own in the graph (a call launches one GPU task):
-    # it follows its prototype kernel through an edge
-    launch = np.where((launch >= 0) & (coll_a < 0), new_of_old[np.maximum(launch, 0)], -1)
-    proc = np.asarray(t.column("proc").to_numpy(), np.int64)
-    stream = np.asarray(t.column("stream").fill_null(-1).to_numpy(), np.int64)
-    # DDP's communication stream: a processor and a stream of its own on the same device
-    proc = np.where(is_dp, int(proc.max()) + 1, proc)
-    stream = np.where(is_dp, int(stream.max()) + 1, stream)
-    kind = np.asarray(t.column("kind").to_numpy(), np.int64)
-    kind = np.where(coll_a >= 0, int(Kind.COLLECTIVE), kind)
+    # an added task has no launch call of its own in the graph (a call launches one GPU task):
+    # it follows its anchor through an edge
+    launch = np.where((launch >= 0) & (which_a < 0), new_of_old[np.maximum(launch, 0)], -1)
+    proc = np.array(t.column("proc").to_numpy(), np.int64)
+    stream = np.array(t.column("stream").fill_null(-1).to_numpy(), np.int64)
+    kind = np.array(t.column("kind").to_numpy(), np.int64)
+    ts = np.array(t.column("ts_ns").to_numpy(), np.int64)
     names = t.column("name").to_pylist()
+    streams = {int(p): int(st) for p, st in zip(proc, stream, strict=True)}
     for r in new.tolist():
-        names[r] = DP_NAME if is_dp[r] else TP_NAME
+        a = adds[int(which_a[r])]
+        if a.proc >= 0:
+            proc[r] = a.proc
+            stream[r] = streams.get(a.proc, int(stream.max()) + 1)
+            streams[a.proc] = int(stream[r])
+        kind[r] = int(Kind.COLLECTIVE)
+        ts[r] = 0  # no traced time to start from
+        names[r] = _COLL_NAMES[a.code]
     t = _set(t, "task", np.arange(rows.shape[0], dtype=np.int64))
     t = _set(t, "launch_src", launch)
+    # an event sync names its record task by id: renumbered too
+    mode = np.asarray(t.column("rt_mode").to_numpy(), np.int64)
+    arg = np.asarray(t.column("rt_arg").fill_null(-1).to_numpy(), np.int64)
+    event = (mode == int(Rt.EVENT)) & (arg >= 0)
+    t = _set(t, "rt_arg", np.where(event, new_of_old[np.maximum(arg, 0)], arg))
     t = _set(t, "proc", proc)
     t = _set(t, "stream", stream)
     t = _set(t, "kind", kind)
-    ts = np.asarray(t.column("ts_ns").to_numpy(), np.int64)
-    t = _set(t, "ts_ns", np.where(coll_a >= 0, 0, ts))  # no traced time to start from
+    t = _set(t, "ts_ns", ts)
     i = t.schema.get_field_index("name")
     t = t.set_column(i, t.schema.field(i), pa.array(names, t.schema.field(i).type))
     d = ed.deps
-    src = new_of_old[np.asarray(d.column("src").to_numpy(), np.int64)]
-    dst = new_of_old[np.asarray(d.column("dst").to_numpy(), np.int64)]
-    kinds = d.column("kind").to_pylist()
-    e_s, e_d, e_k = src.tolist(), dst.tolist(), kinds
-    for r in new.tolist():  # after its prototype: the data are ready when that kernel ends
-        e_s.append(int(new_of_old[rows[r]]))
-        e_d.append(r)
-        e_k.append("stream_wait")
-    if dp_anchors:
-        last_dp = int(new[is_dp[new]].max())
-        gpu_new = step.is_gpu[b[rows]] & (coll_a < 0) & (proc != proc[last_dp])
-        after = np.flatnonzero(gpu_new & (np.arange(rows.shape[0]) > last_dp))
-        if after.size:
-            e_s.append(last_dp)
-            e_d.append(int(after[0]))
+    e_s = new_of_old[np.asarray(d.column("src").to_numpy(), np.int64)].tolist()
+    e_d = new_of_old[np.asarray(d.column("dst").to_numpy(), np.int64)].tolist()
+    e_k = d.column("kind").to_pylist()
+    for r in new.tolist():
+        a = adds[int(which_a[r])]
+        src = a.after if a.after >= 0 else a.at
+        if not (a.before and a.after < 0):  # placed before its anchor, it waits for nothing
+            e_s.append(int(new_of_old[src]))
+            e_d.append(r)
+            e_k.append("stream_wait")
+        if a.then >= 0:
+            e_s.append(r)
+            e_d.append(int(new_of_old[a.then]))
             e_k.append("stream_wait")
     deps = pa.table(
         {
@@ -507,5 +629,14 @@ def add_collectives(step: GpuStep, ed: EditedStep, *, tp: bool, dp: bool) -> Edi
         }
     )
     return EditedStep(
-        b[rows], ed.copy[rows], ed.layer[rows], t, deps, ed.piece[rows], ed.back, coll_a
+        ed.base[rows],
+        ed.copy[rows],
+        ed.layer[rows],
+        t,
+        deps,
+        ed.piece[rows],
+        ed.back,
+        coll_a,
+        ed.sections,
+        None if ed.stage is None else ed.stage[rows],
     )

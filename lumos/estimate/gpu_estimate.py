@@ -27,6 +27,7 @@ from kernels.graph import Kind, ReplayGraph
 from lumos.estimate.comm import CommModel
 from lumos.estimate.config import ModelConfig
 from lumos.estimate.gpu_edit import Coll, EditedStep, Piece, add_collectives, edit_step
+from lumos.estimate.gpu_pipeline import pipeline_constants, pipeline_step
 from lumos.estimate.gpu_step import GpuStep
 from lumos.estimate.kernel_work import KClass, fit_gemm, named_sizes, size_ratio
 from lumos.estimate.layers import ROLE
@@ -46,7 +47,8 @@ KERNEL_FIXED_QUANTILE = 0.1
 # from the two recompute runs of the H100 corpus (docs/estimate-gpu.md)
 CHECKPOINT_FORWARD_CPU = 2.0
 
-Structure = tuple[int, int, bool, bool, bool]  # layers, micro-batches, recompute, TP, DP
+# layers, micro-batches, recompute, TP, DP, pipeline stages, pipeline schedule
+Structure = tuple[int, int, bool, bool, bool, int, str]
 
 
 @dataclass
@@ -114,7 +116,16 @@ class GpuModel:
         return (ed.piece == int(Piece.CHECKPOINTED)) & ~self.step.is_gpu[ed.base]
 
     def structure(self, cfg: ModelConfig) -> Structure:
-        return (cfg.layers, cfg.num_micro_batches, cfg.recompute != "none", cfg.tp > 1, cfg.dp > 1)
+        schedule = cfg.pp_schedule if cfg.pp > 1 else ""
+        return (
+            cfg.layers,
+            cfg.num_micro_batches,
+            cfg.recompute != "none",
+            cfg.tp > 1,
+            cfg.dp > 1,
+            cfg.pp,
+            schedule,
+        )
 
     def graph(self, s: Structure) -> tuple[EditedStep, ReplayGraph]:
         """The edited step of a structure and its replay graph (the base's CPU idle gaps as the
@@ -122,22 +133,39 @@ class GpuModel:
         got = self._graphs.get(s)
         if got is None:
             st, b = self.step, self.base
-            ed = edit_step(
-                st,
-                s[0],
-                s[1],
-                b.layers,
-                b.num_micro_batches,
-                recompute=s[2],
-                base_recompute=b.recompute != "none",
-            )
-            if s[3] or s[4]:
-                ed = add_collectives(st, ed, tp=s[3], dp=s[4])
+            consts = st.constants
+            if s[5] > 1:
+                ed = pipeline_step(
+                    st,
+                    s[0],
+                    s[1],
+                    b.layers,
+                    b.num_micro_batches,
+                    stages=s[5],
+                    schedule=s[6],
+                    recompute=s[2],
+                    base_recompute=b.recompute != "none",
+                    tp=s[3],
+                    dp=s[4],
+                )
+                consts = pipeline_constants(consts, s[5])
+            else:
+                ed = edit_step(
+                    st,
+                    s[0],
+                    s[1],
+                    b.layers,
+                    b.num_micro_batches,
+                    recompute=s[2],
+                    base_recompute=b.recompute != "none",
+                )
+                if s[3] or s[4]:
+                    ed = add_collectives(st, ed, tp=s[3], dp=s[4])
             tasks = ed.tasks
             i = tasks.schema.get_field_index("gap_ns")
             gap = st.gap_ns[ed.base] * np.where(self._checkpointed(ed), self.checkpoint_cpu, 1.0)
             tasks = tasks.set_column(i, tasks.schema.field(i), _arrow(np.rint(gap)))
-            g = build_graph(tasks, ed.deps, st.constants, mode="model", source=st.job)
+            g = build_graph(tasks, ed.deps, consts, mode="model", source=st.job)
             got = self._graphs[s] = (ed, g)
         return got
 
@@ -146,11 +174,17 @@ class GpuModel:
         CPU tasks at `event_ns` per recorded event)."""
         st, b = self.step, ed.base
         dur = st.dur_ns[b].astype(np.float64)
-        ft = _features(cfg)
-        fb = self._base_feat
-        ratio = np.where(fb > 0, ft / np.where(fb > 0, fb, 1.0), 1.0)
+        fb = np.where(self._base_feat > 0, self._base_feat, 1.0)
+        # per pipeline stage: its optimizer updates its own parameters
+        ratio = np.stack(
+            [
+                np.where(self._base_feat > 0, _features(cfg, stage) / fb, 1.0)
+                for stage in range(cfg.pp)
+            ]
+        )
         role = st.role[b]
-        r = np.where(role >= 0, ratio[np.maximum(role, 0)], 1.0)
+        stage_of = ed.stage if ed.stage is not None else np.zeros(b.shape[0], np.int64)
+        r = np.where(role >= 0, ratio[stage_of, np.maximum(role, 0)], 1.0)
         # element-wise work on a tensor of a named size grows as that size does
         sizes = named_sizes(cfg)
         by_size = np.array(
@@ -178,6 +212,7 @@ class GpuModel:
         acts = float(cfg.micro_batch * cfg.seq * cfg.hidden * cfg.dtype_bytes)
         grad = 4.0 if cfg.autocast else float(cfg.dtype_bytes)
         return {
+            int(Coll.PP): c.p2p_ns(acts),
             int(Coll.TP): c.allreduce_ns(acts, cfg.tp, sync=True),
             int(Coll.DP_LAYER): c.allreduce_ns(grad * params_per_layer(cfg, cfg.tp), cfg.dp),
             int(Coll.DP_HEAD): c.allreduce_ns(grad * head_params(cfg, cfg.tp), cfg.dp),
@@ -222,11 +257,12 @@ class GpuModel:
         )
 
 
-def _features(cfg: ModelConfig) -> np.ndarray:
-    """`retime.features` with the optimizer's feature the parameters the rank holds, embedding
-    and LM head included (a single-GPU base holds the whole model), and the Q, K, V projections'
-    FLOPs at their real width (grouped-query attention narrows K and V)."""
-    out = features(cfg, stage_param_counts(cfg)[0])
+def _features(cfg: ModelConfig, stage: int = 0) -> np.ndarray:
+    """`retime.features` with the optimizer's feature the parameters the rank of pipeline
+    stage `stage` holds, embedding and LM head included where it holds them (a single-GPU base
+    holds the whole model), and the Q, K, V projections' FLOPs at their real width
+    (grouped-query attention narrows K and V)."""
+    out = features(cfg, stage_param_counts(cfg)[stage])
     out[ROLE["gemm_qkv"]] = float(cfg.micro_batch * cfg.seq) * cfg.hidden * cfg.qkv_width(cfg.tp)
     return out
 
