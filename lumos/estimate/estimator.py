@@ -746,10 +746,10 @@ class Estimator:
         return self._unprofiled(p) if self.gpu is not None else p
 
     def _unprofiled(self, p: Prediction) -> Prediction:
-        """A CPU-template prediction of a single-GPU base (ZeRO, sequence or vocabulary parallelism, or
-        speed-ups) scaled to the step without the profiler: by the base's own step, its GPU
-        graph's (unprofiled) over the template's (traced), so that such an estimate and the
-        GPU graph's agree at the base."""
+        """A CPU-template prediction of a single-GPU base (ZeRO, sequence or vocabulary
+        parallelism, or speed-ups) scaled to the step without the profiler: by the base's own
+        step, its GPU graph's (unprofiled) over the template's (traced), so that such an
+        estimate and the GPU graph's agree at the base."""
         k = self._profiler_scale()
         parts = p.breakdown and {
             key: v if key == "critical_stage" else int(round(v * k))
