@@ -349,3 +349,35 @@ def test_a_zero_filled_tail_is_named(real_text: str, tmp_path: Path) -> None:
     with pytest.raises(MalformedTrace) as info:
         read(other)
     assert "zero" not in info.value.problem
+
+
+def test_blanks_between_events_do_not_pile_up(real_text: str, tmp_path: Path) -> None:
+    """Issue 34, item 6: megabytes of whitespace between two events are consumed as they are
+    read; the reader's buffer stays two chunks long (it grew with the run, and 5 GB of it took
+    minutes)."""
+    doc = json.loads(real_text)
+    events = doc.pop("traceEvents")
+    head = json.dumps(doc)[:-1]
+    blanks = " \n\t" * (3 << 20)  # 9 MiB
+    text = f'{head}, "traceEvents": [{json.dumps(events[0])},{blanks}{json.dumps(events[1])}]}}'
+    p = tmp_path / "blanks.json"
+    p.write_text(text)
+    chunk = 1 << 16
+    trace = open_trace(p, chunk_bytes=chunk)
+    assert sum(b.num_rows for b in trace.batches()) == 2
+    assert len(trace._work) <= 2 * chunk + 2
+
+
+def test_a_giant_string_is_refused_not_held(
+    real_text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34, item 6: an event longer than the reader's bound (64 MiB; 1 MiB here) is
+    refused by name instead of being held in memory whole (a 300 MB one took 1.4 GB)."""
+    import warehouse.readers.trace as trace_module
+
+    monkeypatch.setattr(trace_module, "_MAX_EVENT_BYTES", 1 << 20)
+    doc = json.loads(real_text)
+    doc["traceEvents"][1]["name"] = "x" * (3 << 20)
+    p = tmp_path / "giant.json"
+    p.write_text(json.dumps(doc))
+    expect(MalformedTrace, p, "runs past 1 MiB without ending", chunk_bytes=1 << 16)

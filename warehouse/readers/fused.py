@@ -619,6 +619,14 @@ def scan(
             continue
         if c == 32 or c == 10 or c == 13 or c == 9:
             i += 1
+            while i < n and (buf[i] == 32 or buf[i] == 10 or buf[i] == 13 or buf[i] == 9):
+                i += 1
+            # whitespace where no key is pending is consumed: the clean point moves past it, so
+            # a run of it never piles up in the unfinished tail (5 GB of blanks took minutes)
+            if phase != P_COLON and phase != P_VALUE:
+                clean = i
+                clean_phase = phase
+                clean_ev_expect = ev_expect
             continue
         if phase == P_START:
             if array_form and c == 91:  # '[': the events themselves, entered as traceEvents'

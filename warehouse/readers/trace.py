@@ -52,6 +52,9 @@ _ZERO_FILLED = f"; zero bytes where the JSON goes on: the file looks {ZERO_FILLE
 _ZERO_PADDED = "; zero bytes after the trace's end: the file was padded past its JSON"
 # A top-level member before traceEvents larger than this is not a Kineto trace's metadata.
 _MAX_MEMBER_BYTES = 256 << 20
+# the longest event (or top-level member after traceEvents) read: past it the reader would hold
+# a string of any size in memory (a 300 MB one took 1.4 GB)
+_MAX_EVENT_BYTES = 64 << 20
 
 
 @dataclass
@@ -133,6 +136,13 @@ class KinetoTrace:
                 if room < max(1, step // 2):
                     # the unfinished tail (an event or member longer than half a chunk) leaves
                     # too little room: grow (a new buffer: numpy views of the old one may live)
+                    if state[fused.S_SEEN_TE] and n_data > _MAX_EVENT_BYTES:
+                        raise MalformedTrace(
+                            self.path,
+                            f"an event (or member) at byte {offset} runs past "
+                            f"{_MAX_EVENT_BYTES >> 20} MiB without ending (a Kineto event is a "
+                            "few hundred bytes): a giant string or a broken file",
+                        )
                     limit = n_data + step
                     if len(work) < limit + 2:
                         bigger = bytearray(limit + 2)
