@@ -124,16 +124,17 @@ def test_estimation_accuracy(corpus_wh, base):
 
 
 def test_packaged_cpu_prior_is_what_the_corpus_teaches(corpus_wh):
-    """lumos/estimate/priors/cpu.json is `priors.learn` on this corpus around `base`: regenerate
-    it (docs/estimate.md) whenever a fleet model's calibration changes."""
+    """lumos/estimate/priors/cpu.json is `fleet_model.learn_prior` on this corpus around
+    `base`: regenerate it (docs/estimate.md) whenever a fleet model's calibration changes."""
     from lumos.api import Warehouse
     from lumos.estimate import priors
+    from lumos.estimate.fleet_model import learn_prior
 
     packaged = priors.load("cpu").to_dict()
     # the corpus's files do not record their host's cores (recordings since do: measured.json's
     # host_cores); the prior's source states them
     assert f"{packaged['cores']}-core host" in packaged["source"]
-    learned = priors.learn(
+    learned = learn_prior(
         Warehouse.open(corpus_wh), "base", packaged["source"], packaged["cores"]
     ).to_dict()
     assert learned.keys() == packaged.keys()
@@ -154,9 +155,8 @@ def test_estimation_from_the_base_alone(corpus_wh, tmp_path):
     recordings the prior never saw are in docs/estimate.md). Without it, the synchronous
     all-reduces of tensor parallelism cost their transfer alone and tp2 comes out ~50% short."""
     from lumos.api import Warehouse
-    from lumos.estimate import priors
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.fleet_model import FleetModel
+    from lumos.estimate.fleet_model import FleetModel, learn_prior
 
     rows = corpus_accuracy(CORPUS, corpus_wh, base="base", fleet=False)
     table = "\n".join(f"{r['config']:>22}: {r['error_pct']:+6.1f}%" for r in rows)
@@ -168,7 +168,7 @@ def test_estimation_from_the_base_alone(corpus_wh, tmp_path):
     wh = Warehouse.open(tmp_path / "alone", create=True)
     wh.ingest([str(CORPUS / "base")], job="base")
     with pytest.raises(ValueError, match="cannot teach a prior: no all-reduce latency"):
-        priors.learn(wh, "base", "nothing")
+        learn_prior(wh, "base", "nothing")
     est = Estimator.open(wh.root, "base")
     tp2 = measured(CORPUS / "tp2")["traced"]["step"]["median"]
     pred = est.predict([est.target({"tp": 2})])[0]

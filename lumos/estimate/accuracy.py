@@ -47,14 +47,14 @@ def corpus_accuracy(
     """One row per configuration: predicted vs measured median traced step, error, spread.
     Without `fleet`, every estimate learns from the base's trace alone (and the host prior):
     what a user with a single trace gets."""
-    from lumos.api import Warehouse
     from lumos.estimate.estimator import Estimator
     from lumos.estimate.fleet_model import FleetModel
+    from warehouse.handle import WarehouseHandle
 
     jobs = corpus_jobs(corpus)
     if not any(j.name == base for j in jobs):
         raise ValueError(f"{corpus}: no base job folder {base!r} with a measured.json")
-    wh = Warehouse.open(warehouse, create=True)
+    wh = WarehouseHandle.open(warehouse, create=True)
     have = set(wh.sql("SELECT DISTINCT job FROM traces")["job"]) if _has_traces(wh) else set()
     for j in jobs:
         if j.name in have:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import math
 import os
@@ -55,7 +54,9 @@ from lumos.estimate.layers import (
     ROLES,
     Template,
     extract_template,
+    manifest_stamp,
     shape_roles,
+    template_dir,
     template_path,
 )
 from lumos.estimate.memory import MemoryEstimate, estimate_memory
@@ -1010,21 +1011,10 @@ def _world(cfg: ModelConfig) -> int:
     return cfg.dp * cfg.pp * cfg.tp
 
 
-def template_dir(root: Path, job: str) -> Path:
-    return template_path(root, job).parent
-
-
 def _write_json(path: Path, doc: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc))
     tmp.replace(path)
-
-
-def manifest_stamp(root: Path) -> str:
-    """The names of the manifest's parts: every ingest commit adds one (or compacts them)."""
-    d = Path(root) / "manifest"
-    names = sorted(p.name for p in d.glob("part-*.parquet")) if d.is_dir() else []
-    return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
 
 
 def _within_flops(t0: float, t1: float, s0: tuple[int, ...], s1: tuple[int, ...]) -> float:
@@ -1051,10 +1041,10 @@ def _attention_shape(cfg: ModelConfig) -> tuple[int, int, int]:
 
 def _build_cache(root: Path, job: str, stamp: str) -> None:
     """Extract the template, infer the base and learn from the fleet for `job` (~2 s)."""
-    from lumos.api import Warehouse
     from lumos.estimate.infer import infer_base
+    from warehouse.handle import WarehouseHandle
 
-    wh = Warehouse.open(root)
+    wh = WarehouseHandle.open(root)
     inf = infer_base(wh, job)
     sizes = shape_roles(inf.config)
     extract_template(wh, job, cache=False, sizes=sizes).save(template_path(wh.root, job))

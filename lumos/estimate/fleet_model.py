@@ -20,6 +20,7 @@ from lumos.estimate.fleet_slope import state_lookup
 from lumos.estimate.gemm_fleet import GemmCurve
 from lumos.estimate.idle_gaps import IdleGaps
 from lumos.estimate.op_fleet import OpTimes, calibrate_shapes
+from lumos.estimate.priors import HostPrior
 from lumos.estimate.working_set import WorkingSet
 
 
@@ -78,3 +79,53 @@ def base_kind(wh: Any, job: str) -> str:
 
     (rows,), why = fleet_rows(wh, ["base_kind"], job)
     return str(rows[0][0]) if not why and rows and rows[0][0] else "cpu"
+
+
+def learn_prior(wh: Any, job: str, source: str, cores: int = 0) -> HostPrior:
+    """The laws `wh`'s fleet teaches around base `job` (nothing borrowed from any prior), as a
+    prior for warehouses that hold no such fleet; `cores`: the CPU cores of the host it ran on.
+    Raises ValueError naming every law the fleet could not teach: a prior is only as complete
+    as the fleet it came from."""
+    from lumos.estimate.fleet_slope import span_of
+
+    f = FleetModel.learn(wh, job, prior=False)
+    c, ws, g = f.comm, f.working_set, f.gaps
+    lock = f.contention.lockstep
+    missing = [
+        name
+        for name, ok in (
+            ("all-reduce latency and bandwidth", c.learned_fit),
+            ("synchronous all-reduces", c.sync_alpha_ns is not None),
+            ("exposed all-reduces", c.exposed_learned),
+            ("multi-rank contention", bool(f.contention.by_world)),
+            ("lock-step contention", lock is not None and bool(lock.by_world)),
+            ("working-set slope", ws.learned),
+            ("idle-gap slope", g.learned),
+            ("attention times by shape", bool(f.ops.attn)),
+        )
+        if not ok
+    ]
+    if missing:
+        raise ValueError(
+            f"the fleet around {job!r} cannot teach a prior: no {', '.join(missing)} learned"
+        )
+    assert lock is not None
+    return HostPrior(
+        base_kind(wh, job),
+        source,
+        c.alpha_ns,
+        c.bw_bytes_per_ns,
+        float(c.sync_alpha_ns or 0.0),
+        c.exposed_wait_ns,
+        dict(f.contention.by_world),
+        dict(f.contention.ratios),
+        dict(lock.by_world),
+        dict(lock.ratios),
+        ws.beta,
+        span_of(ws.points),
+        ws.spread,
+        g.gamma,
+        span_of(g.points),
+        dict(f.ops.attn),
+        int(cores),
+    )

@@ -115,14 +115,6 @@ class GemmCurve:
             ],
         )
 
-    @classmethod
-    def calibrate(cls, wh: Any, job: str, exclude: Sequence[str] = ()) -> GemmCurve:
-        """Learned from the warehouse's single-rank jobs on `job`'s device, leaving out
-        `exclude`."""
-        from lumos.estimate.op_fleet import calibrate_shapes
-
-        return calibrate_shapes(wh, job, exclude)[0]
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "shapes": self.shapes.tolist(),

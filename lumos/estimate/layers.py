@@ -690,6 +690,17 @@ def template_path(root: Path, job: str) -> Path:
     return Path(root) / "estimate_templates" / digest / "template.npz"
 
 
+def template_dir(root: Path, job: str) -> Path:
+    return template_path(root, job).parent
+
+
+def manifest_stamp(root: Path) -> str:
+    """The names of the manifest's parts: every ingest commit adds one (or compacts them)."""
+    d = Path(root) / "manifest"
+    names = sorted(p.name for p in d.glob("part-*.parquet")) if d.is_dir() else []
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
+
+
 def extract_template(
     wh: Any,
     job: str,

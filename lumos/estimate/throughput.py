@@ -134,7 +134,7 @@ def job_device(root: str | Path | None, job: str) -> Device:
     beside the estimator's template as device.json, stamped with the manifest's parts)."""
     import os
 
-    from lumos.estimate.estimator import manifest_stamp, template_dir
+    from lumos.estimate.layers import manifest_stamp, template_dir
 
     wh_root = Path(root or os.environ.get("LUMOS_WAREHOUSE") or "lumos_warehouse")
     wh_root = wh_root.expanduser().resolve()
@@ -146,9 +146,9 @@ def job_device(root: str | Path | None, job: str) -> Device:
         doc = {}
     if doc.get("manifest") == stamp and doc.get("format") == _DEVICE_FORMAT:
         return Device(doc.get("name"), doc.get("peak_flops"))
-    from lumos.api import Warehouse
+    from warehouse.handle import WarehouseHandle
 
-    tbl = Warehouse.open(wh_root).arrow(
+    tbl = WarehouseHandle.open(wh_root).arrow(
         "SELECT t.rank, any_value(m.value_json -> 0 ->> 'name') AS name "
         "FROM (SELECT DISTINCT rank FROM traces WHERE job = $job AND status = 'ok') t "
         "LEFT JOIN trace_meta m ON m.job = $job AND m.rank = t.rank "

@@ -251,8 +251,6 @@ def fit_model(
     # the interval: fit on 80% of the rows, measure log residuals on the rest
     q_lo, q_hi = -0.1, 0.1
     if opts.holdout > 0 and len(y) >= 20:
-        from lumos.opmodel.predict import predict_log
-
         rng = np.random.default_rng(opts.seed + 1)
         perm = rng.permutation(len(y))
         n_hold = max(2, int(round(opts.holdout * len(y))))
@@ -302,3 +300,29 @@ def _assemble(
         q_hi=max(q_hi, 0.0),
         n_train=n,
     )
+
+
+def tree_predict(trees: Trees, Z: np.ndarray) -> np.ndarray:
+    """Sum of the ensemble's leaf values for each row of Z (n_rows × n_features)."""
+    n, k = Z.shape
+    # rows × trees node indices, flattened; Z is read through flat offsets row·k + feature
+    idx = np.tile(trees.roots, n)
+    base = np.repeat(np.arange(n, dtype=np.int64) * k, len(trees.roots))
+    flat = np.ascontiguousarray(Z, dtype=np.float64).ravel()
+    for _ in range(trees.depth):
+        go_right = flat[base + trees.feature[idx]] > trees.threshold[idx]
+        idx = trees.child[2 * idx + go_right]
+    return trees.baseline + trees.value[idx].reshape(n, -1).sum(axis=1)
+
+
+def predict_log(model: OpModel, X: np.ndarray, feats: F.Features) -> np.ndarray:
+    """Natural log of the predicted µs for a log feature matrix from `feature_matrix`."""
+    collective = F.op_class(model.operator) == "collective"
+    phys = _physics_design(feats, collective) @ model.phys
+    log_phys = np.log(np.maximum(phys, 1e-12))
+    Z = (X[:, model.used] - model.mu) / model.sd
+    D = np.column_stack([np.ones(len(X)), log_phys, Z])
+    out = D @ model.beta
+    if model.trees is not None:
+        out = out + tree_predict(model.trees, Z)
+    return out

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lumos.opmodel import features as F
-from lumos.opmodel.fit import OpModel, Trees, _physics_design, feature_matrix
+from lumos.opmodel.fit import OpModel, feature_matrix, predict_log, tree_predict
 
 __all__ = ["Prediction", "predict", "predict_log", "tree_predict"]
 
@@ -29,32 +28,6 @@ class Prediction:
     high_us: np.ndarray
     out_of_range: np.ndarray  # bool
     excess_log: np.ndarray  # total log-distance outside the observed range (0 inside)
-
-
-def tree_predict(trees: Trees, Z: np.ndarray) -> np.ndarray:
-    """Sum of the ensemble's leaf values for each row of Z (n_rows × n_features)."""
-    n, k = Z.shape
-    # rows × trees node indices, flattened; Z is read through flat offsets row·k + feature
-    idx = np.tile(trees.roots, n)
-    base = np.repeat(np.arange(n, dtype=np.int64) * k, len(trees.roots))
-    flat = np.ascontiguousarray(Z, dtype=np.float64).ravel()
-    for _ in range(trees.depth):
-        go_right = flat[base + trees.feature[idx]] > trees.threshold[idx]
-        idx = trees.child[2 * idx + go_right]
-    return trees.baseline + trees.value[idx].reshape(n, -1).sum(axis=1)
-
-
-def predict_log(model: OpModel, X: np.ndarray, feats: F.Features) -> np.ndarray:
-    """Natural log of the predicted µs for a log feature matrix from `feature_matrix`."""
-    collective = F.op_class(model.operator) == "collective"
-    phys = _physics_design(feats, collective) @ model.phys
-    log_phys = np.log(np.maximum(phys, 1e-12))
-    Z = (X[:, model.used] - model.mu) / model.sd
-    D = np.column_stack([np.ones(len(X)), log_phys, Z])
-    out = D @ model.beta
-    if model.trees is not None:
-        out = out + tree_predict(model.trees, Z)
-    return out
 
 
 def predict(model: OpModel, cols) -> Prediction:

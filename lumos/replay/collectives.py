@@ -109,9 +109,9 @@ def _parse_ranks(text: object) -> list[int] | None:
 
 def _connect(warehouse: str | os.PathLike[str]):  # noqa: ANN202 (duckdb is imported lazily)
 
-    from lumos.api import Warehouse
+    from warehouse.handle import WarehouseHandle
 
-    wh = Warehouse.open(warehouse)
+    wh = WarehouseHandle.open(warehouse)
     return catalog_connect(str(wh.catalog))
 
 
@@ -131,7 +131,7 @@ def extract_collectives(
         ops = con.sql(lumos_sql.load("collectives/extract"), params={"job": job}).to_arrow_table()
     finally:
         con.close()
-    from lumos.api import to_pandas
+    from warehouse.handle import to_pandas
 
     world = {int(r): (int(w) if w is not None else None) for r, w in ranks}
     return to_pandas(ops), world

@@ -293,13 +293,13 @@ def replay_fleet(
     warehouse/windows.py). `on_job(outcome, done, total)` is called as each job finishes
     (progress). Raises ValueError for a job the warehouse does not hold."""
 
-    from lumos.api import Warehouse
     from lumos.replay.run import resolve_jobs
+    from warehouse.handle import WarehouseHandle
 
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     started = time.perf_counter()
-    wh = Warehouse.open(warehouse)
+    wh = WarehouseHandle.open(warehouse)
     root = wh.root
     con = catalog_connect(str(wh.catalog))
     outcomes: list[JobOutcome] = []

@@ -345,9 +345,9 @@ def run(
     failure raises. Every job's tables stay in memory: this is for a few jobs (tests, notebooks);
     `lumos.replay.fleet` replays a fleet one job at a time and records failures per job."""
 
-    from lumos.api import Warehouse
+    from warehouse.handle import WarehouseHandle
 
-    wh = Warehouse.open(warehouse)
+    wh = WarehouseHandle.open(warehouse)
     con = catalog_connect(str(wh.catalog))
     try:
         todo = resolve_jobs(con, jobs, wh.root)
