@@ -285,13 +285,13 @@ def test_gemm_roles_retimed_from_the_fleet(corpus_wh, target):
     from lumos.api import Warehouse
     from lumos.estimate.comm import CommModel
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.gemm_fleet import GemmCurve
     from lumos.estimate.layers import ROLE, extract_template
+    from lumos.estimate.op_fleet import calibrate_shapes
     from lumos.estimate.retime import GEMM_ROLES
 
     wh = Warehouse.open(corpus_wh)
     est = Estimator.open(corpus_wh, "base")
-    curve = GemmCurve.calibrate(wh, "base", exclude=[target])
+    curve = calibrate_shapes(wh, "base", [target])[0]
     assert curve.usable
     fleet = Estimator(est.tpl, est.base, CommModel.calibrate(wh, "base"), [], None, curve)
     m = measured(CORPUS / target)
@@ -329,12 +329,12 @@ def test_separate_projections_are_one_gemm_unit(corpus_wh):
     from lumos.api import Warehouse
     from lumos.estimate.comm import CommModel
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.gemm_fleet import GemmCurve
     from lumos.estimate.layers import ROLE
+    from lumos.estimate.op_fleet import calibrate_shapes
 
     wh = Warehouse.open(corpus_wh)
     est = Estimator.open(corpus_wh, "base")
-    curve = GemmCurve.calibrate(wh, "base", exclude=["hidden_x2"])
+    curve = calibrate_shapes(wh, "base", ["hidden_x2"])[0]
     comm = CommModel.calibrate(wh, "base")
     tpl = est.tpl
     qkv = ROLE["gemm_qkv"]
