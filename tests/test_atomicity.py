@@ -51,9 +51,13 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
 
 
 def manifest_rows(wh: Path) -> list[dict]:
+    """The rows of the live manifest parts (a part merged away and kept for its grace period
+    holds copies of rows of the merged one)."""
+    from warehouse.layout import Layout
+
     return [
         r
-        for p in sorted((wh / "manifest").glob("part-*.parquet"))
+        for p in Layout.at(wh).manifest_parts()
         for r in pq.read_table(p, schema=TRACES).to_pylist()
     ]
 

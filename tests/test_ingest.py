@@ -504,6 +504,34 @@ def test_manifest_compaction_keeps_the_latest_rows_and_progress(
     assert len(times) == 3 and all(start <= t <= end for t in times), (start, times, end)
 
 
+def test_a_compaction_keeps_the_parts_a_reader_listed(
+    examples: Path, warehouse_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34, item 5: a query that listed the manifest's parts just before a compaction can
+    still open every one of them (it failed with "Cannot open file"), and sees each file once;
+    the parts merged away go after their grace period."""
+    import warehouse.manifest as manifest_module
+    from warehouse.manifest import commit_lock, compact
+
+    files = sorted((examples / "dlrm_8rank").glob("*.json.gz"))[:3]
+    for f in files:
+        ingest([f], warehouse=warehouse_dir, job="c")
+    layout = Layout.at(warehouse_dir)
+    listed = layout.manifest_parts()  # what a query's glob saw
+    assert len(listed) == 3
+    with commit_lock(layout):
+        assert compact(layout, min_parts=2)
+    assert all(p.exists() for p in listed)
+    assert len(layout.manifest_parts()) == 1
+    rows = query(warehouse_dir, "select job, sha256, count(*) from traces group by all")
+    assert len(rows) == 3 and {n for *_, n in rows} == {1}
+    monkeypatch.setattr(manifest_module, "RETIRED_GRACE_S", 0.0)
+    with commit_lock(layout):
+        compact(layout, min_parts=2)  # nothing to merge; the retired parts' time is up
+    assert not any(p.exists() for p in listed)
+    assert len(query(warehouse_dir, "select * from traces")) == 3
+
+
 def test_many_one_job_ingests_keep_the_manifest_compact(
     examples: Path, warehouse_dir: Path
 ) -> None:

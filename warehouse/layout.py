@@ -272,10 +272,27 @@ class Layout:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         return self.manifest_dir / f"part-{stamp}-{uuid.uuid4().hex[:12]}.parquet"
 
+    @property
+    def retired_path(self) -> Path:
+        """The manifest parts a compaction merged away, kept a while for readers that listed
+        them (`warehouse.manifest.compact`): name -> when (epoch seconds)."""
+        return self.manifest_dir / "retired.json"
+
+    def retired_parts(self) -> dict[str, float]:
+        try:
+            import json
+
+            doc = json.loads(self.retired_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return {str(k): float(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
+
     def manifest_parts(self) -> list[Path]:
+        """The live parts (a merged-away part still on disk for its grace period is not one)."""
         if not self.manifest_dir.is_dir():
             return []
-        return sorted(self.manifest_dir.glob("part-*.parquet"))
+        retired = self.retired_parts()
+        return sorted(p for p in self.manifest_dir.glob("part-*.parquet") if p.name not in retired)
 
     def glob(self, table: str) -> str:
         """The DuckDB glob of a table's Parquet files (its `_schema.parquet` included)."""

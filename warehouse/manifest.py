@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property
@@ -28,6 +29,10 @@ __all__ = ["Manifest", "append_rows", "commit_lock", "compact", "read_manifest"]
 # (planning, then each commit): at 40 parts that was 80 ms of every call, which a nightly run of
 # one call per job pays per job; merging costs one read and one write of the rows.
 COMPACT_AFTER_PARTS = 16
+# How long a part merged away stays on disk: a query lists the parts and opens them moments
+# later; one that listed them just before a merge must still find them (issue 34, item 5: 3 of
+# 2,986 queries during 60 small ingests failed with "Cannot open file").
+RETIRED_GRACE_S = 600.0
 
 
 @contextmanager
@@ -161,11 +166,16 @@ def append_rows(layout: Layout, rows: Sequence[dict]) -> Path | None:
 
 
 def compact(layout: Layout, *, min_parts: int = COMPACT_AFTER_PARTS) -> bool:
-    """Merge the parts into one holding the latest row per (job, sha256). Call under the lock.
+    """Merge the live parts into one holding the latest row per (job, sha256). Call under the
+    lock.
 
-    The merged part is renamed in before the old parts are removed; a crash in between leaves
-    duplicate rows, which the latest-row rule resolves to the same answer.
+    The merged part is renamed in before the old parts are retired; a crash in between leaves
+    duplicate rows, which the latest-row rule resolves to the same answer. A retired part stays
+    on disk for `RETIRED_GRACE_S` (a query that listed it before the merge can still open it:
+    the views' latest-row rule reads its rows as the duplicates they are) and is removed by a
+    later compaction (or commit) after that.
     """
+    _purge_retired(layout)
     parts = layout.manifest_parts()
     if len(parts) < min_parts:
         return False
@@ -173,8 +183,10 @@ def compact(layout: Layout, *, min_parts: int = COMPACT_AFTER_PARTS) -> bool:
     rows.sort(key=lambda r: (r["ingested_at"], r["job"], r["path"]))
     merged = layout.new_manifest_part()
     write_parquet_atomic(pa.Table.from_pylist(rows, schema=TRACES), merged)
-    for p in parts:
-        p.unlink(missing_ok=True)
+    retired = layout.retired_parts()
+    now = time.time()
+    retired.update({p.name: now for p in parts})
+    _write_retired(layout, retired)
     # what a read of the merged part would give, without reading it
     st = merged.stat()
     _READ[layout.root] = (
@@ -182,3 +194,26 @@ def compact(layout: Layout, *, min_parts: int = COMPACT_AFTER_PARTS) -> bool:
         {(r["job"], r["sha256"]): r for r in rows},
     )
     return True
+
+
+def _purge_retired(layout: Layout, now: float | None = None) -> None:
+    """Remove the retired parts older than `RETIRED_GRACE_S`. Call under the lock."""
+    retired = layout.retired_parts()
+    if not retired:
+        return
+    now = time.time() if now is None else now
+    old = {name for name, when in retired.items() if now - when >= RETIRED_GRACE_S}
+    if not old:
+        return
+    for name in old:
+        (layout.manifest_dir / name).unlink(missing_ok=True)
+    _write_retired(layout, {k: v for k, v in retired.items() if k not in old})
+
+
+def _write_retired(layout: Layout, retired: dict[str, float]) -> None:
+    import json
+    import uuid
+
+    tmp = layout.retired_path.with_name(f"{layout.retired_path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(json.dumps(retired), encoding="utf-8")
+    os.replace(tmp, layout.retired_path)
