@@ -481,3 +481,6 @@ def test_pipeline_stages_split_the_layers_and_pass_activations(gpu_wh):
     _, _, one = _collectives(est, num_micro_batches=8)
     _, _, two = _collectives(est, pp=2, num_micro_batches=8)
     assert 0.5 * one.predicted_ns < two.predicted_ns < 0.8 * one.predicted_ns
+    # the breakdown is the busiest GPU's: each stage runs about half the layers' kernels
+    assert 0.4 * one.gpu_work_ns < two.gpu_work_ns < 0.7 * one.gpu_work_ns
+    assert two.gpu_work_ns <= two.predicted_ns

@@ -57,11 +57,11 @@ class GpuEstimate:
 
     predicted_ns: int
     traced_ns: int  # the same graph with the profiler's cost kept
-    gpu_work_ns: int
-    cpu_busy_ns: int
+    gpu_work_ns: int  # kernels, copies, memsets: on the busiest GPU (pipeline stage)
+    cpu_busy_ns: int  # CPU tasks: on the busiest stage's threads
     n_tasks: int
     edited: EditedStep
-    comm_ns: int = 0  # the collectives' time on the GPU (overlapped or not)
+    comm_ns: int = 0  # the collectives' time on the busiest GPU (overlapped or not)
 
     @property
     def profiler_share(self) -> float:
@@ -246,14 +246,20 @@ class GpuModel:
         gpu = self.step.is_gpu[ed.base]
         busy = gpu & (self.step.kind[ed.base] != int(Kind.GPU_WAIT))
         comm = ed.coll >= 0 if ed.coll is not None else np.zeros(gpu.shape, bool)
+        stage = ed.stage if ed.stage is not None else np.zeros(gpu.shape, np.int64)
+
+        def busiest(mask: np.ndarray) -> int:
+            """The most any one pipeline stage (one GPU and its threads) spends on `mask`."""
+            return int(np.bincount(stage[mask], weights=dur[0][mask]).max()) if mask.any() else 0
+
         return GpuEstimate(
             predicted_ns=pred,
             traced_ns=traced,
-            gpu_work_ns=int(dur[0][busy & ~comm].sum()),
-            cpu_busy_ns=int(dur[0][~gpu].sum()),
+            gpu_work_ns=busiest(busy & ~comm),
+            cpu_busy_ns=busiest(~gpu),
             n_tasks=int(ed.base.shape[0]),
             edited=ed,
-            comm_ns=int(dur[0][comm].sum()),
+            comm_ns=busiest(comm),
         )
 
 
