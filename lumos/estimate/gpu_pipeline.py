@@ -88,7 +88,7 @@ def _join(eds: list[EditedStep]) -> EditedStep:
     """The stages' graphs side by side: ids, copies, processors and devices offset per stage."""
     n_proc = 1 + max(int(np.max(e.tasks.column("proc").to_numpy())) for e in eds)
     n_dev = 1 + max(int(np.max(e.tasks.column("dev").fill_null(0).to_numpy())) for e in eds)
-    tables, deps, sections, back = [], [], [], []
+    tables, deps, copies, sections, back = [], [], [], [], []
     id_off = copy_off = 0
     for s, e in enumerate(eds):
         t = e.tasks
@@ -126,30 +126,27 @@ def _join(eds: list[EditedStep]) -> EditedStep:
                 }
             )
         )
-        sections += [(k, m, [c + copy_off for c in cs], s) for k, m, cs in e.sections]
+        copies.append(np.where(e.copy >= 0, e.copy + copy_off, -1))
+        sections += [(k, m, [c + copy_off for c in cs]) for k, m, cs in e.sections]
         back += [[c + copy_off for c in cs] for cs in e.back]
         id_off += n
         copy_off += int(e.copy.max()) + 1 if e.copy.size else 0
     cat = np.concatenate
-    offs = np.cumsum([0] + [int(e.copy.max()) + 1 if e.copy.size else 0 for e in eds[:-1]])
-    copies = cat([np.where(e.copy >= 0, e.copy + o, -1) for e, o in zip(eds, offs, strict=True)])
     coll = cat(
         [e.coll if e.coll is not None else np.full(e.base.shape[0], int(Coll.NONE)) for e in eds]
     )
-    joined = EditedStep(
+    return EditedStep(
         cat([e.base for e in eds]),
-        copies,
+        cat(copies),
         cat([e.layer for e in eds]),
         pa.concat_tables(tables),
         pa.concat_tables(deps),
         cat([e.piece for e in eds]),
         back,
         coll,
-        [(k, m, cs) for k, m, cs, _ in sections],
+        sections,
         cat([np.full(e.base.shape[0], s, np.int64) for s, e in enumerate(eds)]),
     )
-    joined.stage_sections = sections  # type: ignore[attr-defined]
-    return joined
 
 
 def _transfers(step: GpuStep, ed: EditedStep, stages: int, micro_batches: int) -> list[Insert]:
@@ -157,10 +154,11 @@ def _transfers(step: GpuStep, ed: EditedStep, stages: int, micro_batches: int) -
     after the sending pass's last kernel, before the receiving pass's first."""
     kern = _kernels(step, ed)
     where: dict[tuple[str, int, int], np.ndarray] = {}
-    for kind, m, copies, s in ed.stage_sections:  # type: ignore[attr-defined]
+    assert ed.stage is not None
+    for kind, m, copies in ed.sections:
         idx = np.flatnonzero(np.isin(ed.copy, copies) & kern)
-        if idx.size:
-            where[(kind, m, s)] = idx
+        if idx.size:  # a section's copies are all of one stage
+            where[(kind, m, int(ed.stage[idx[0]]))] = idx
     out: list[Insert] = []
     for m in range(micro_batches):
         for s in range(stages - 1):
