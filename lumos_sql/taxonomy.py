@@ -4,7 +4,8 @@ The rules are data (`COMM_RULES`, `CLASS_RULES`). Python asks `op_class`, `comm_
 `is_*` functions; SQL calls DuckDB macros of the same names that `install` renders from the same
 rules, together with the task-kind and runtime-dependency codes of `kernels.graph` as
 `kind_<name>()` and `rt_<name>()`. `tests/test_taxonomy.py` checks that both agree on every event
-name of the shared traces. `lumos sql` installs the macros too, for the user's own queries.
+name of the shared traces. The catalog file holds the macros (`warehouse.catalog.build_catalog`),
+so `lumos sql` and a plain `duckdb` shell have them for the user's own queries.
 """
 
 from __future__ import annotations
