@@ -113,6 +113,7 @@ def test_estimate_bad_keys_exit_2(gt_warehouse, capsys):
         (["dp=2", "dp=4"], "dp given twice"),
         (["layers=0"], "--set: layers must be >= 1, got 0"),
         (["zero_stage=4"], "--set: zero_stage must be 0, 1, 2 or 3, got 4"),
+        (["vocab=0"], "--set: vocab=0 means 'not known'"),
         (["speedup.gemm=2", "speedup.gemm=4"], "speedup.gemm given twice"),
     ],
 )

@@ -834,3 +834,40 @@ def test_a_killed_writers_temporary_files_are_swept(examples: Path, warehouse_di
     build_catalog(warehouse_dir)
     assert not [p for p in stale if p.exists()]
     assert live.exists()
+
+
+def test_a_catalog_connection_reads_one_snapshot(examples: Path, warehouse_dir: Path) -> None:
+    """Issue 34, item 5: a query saw a file's `traces` row without its events (the views listed
+    their files at different moments). A connection lumos opens lists the files once, manifest
+    first: commits after it stay invisible to every view alike, and a data file placed without
+    its manifest row (a commit in progress) is not even listed."""
+    from warehouse.catalog import connect, connect_read_only
+
+    files = sorted((examples / "dlrm_8rank").glob("*.json.gz"))[:3]
+    ingest([files[0]], warehouse=warehouse_dir, job="a")
+    layout = Layout.at(warehouse_dir)
+    counts = (
+        "select (select count(*) from traces), (select count(distinct trace_sha256) from events),"
+        " (select count(distinct trace_sha256) from trace_meta)"
+    )
+    opens = [lambda: connect(layout.catalog_path), lambda: connect_read_only(warehouse_dir)]
+    for n, (opened, new_file) in enumerate(zip(opens, files[1:], strict=True), start=1):
+        con = opened()
+        try:
+            assert con.sql(counts).fetchall() == [(n, n, n)]
+            ingest([new_file], warehouse=warehouse_dir, job=f"b{n}")
+            assert con.sql(counts).fetchall() == [(n, n, n)]  # one snapshot
+        finally:
+            con.close()
+        assert query(warehouse_dir, counts) == [(n + 1,) * 3]  # a plain shell: the globs
+    # the first half of a commit: an events file renamed in, its manifest row not yet written
+    orphan = layout.events_dir / "job=c" / "rank=0" / ("0" * 64 + ".parquet")
+    orphan.parent.mkdir(parents=True)
+    shutil.copy(next(layout.events_dir.glob("job=a/rank=*/*.parquet")), orphan)
+    con = connect(layout.catalog_path)
+    try:
+        assert con.sql(counts).fetchall() == [(3, 3, 3)]
+        listed = con.execute("select getvariable('lumos_events_files')").fetchone()[0]
+        assert str(orphan) not in listed  # the files of the manifest's ok rows only
+    finally:
+        con.close()

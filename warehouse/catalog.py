@@ -20,9 +20,11 @@ from pathlib import Path
 
 import lumos_sql
 from lumos_sql import taxonomy
+from warehouse import snapshot
 from warehouse.layout import SCHEMA_FILE, Layout, keep_schema_file, sweep_stale_temps, temp_path
 from warehouse.manifest import commit_lock
 from warehouse.schema import TABLES
+from warehouse.snapshot import SNAPSHOT_TABLES
 
 __all__ = [
     "DERIVED_VIEWS",
@@ -130,8 +132,7 @@ def build_catalog(warehouse: str | os.PathLike[str]) -> Path:
         con = duckdb.connect(str(tmp))
         try:
             con.execute(taxonomy.macros_sql(temp=False))  # is_comm(name), kind_collective(), ...
-            slots = {f"{t}_glob": _literal(layout.glob(t)) for t in ("events", "traces")}
-            slots["trace_meta_glob"] = _literal(layout.glob("trace_meta"))
+            slots = {f"{t}_files": snapshot.files_expression(layout, t) for t in SNAPSHOT_TABLES}
             for view in VIEWS:
                 con.execute(lumos_sql.render(f"catalog/{view}", **slots))
             for directory, schema in layout.table_dirs().values():
@@ -213,12 +214,19 @@ def connect(
 ):  # noqa: ANN201 (duckdb is imported lazily)
     """A DuckDB connection to `catalog`, or in memory (None), with the operator taxonomy's macros
     (`lumos_sql.taxonomy`: `is_comm(name)`, `op_class(name)`, `kind_collective()`, ...): the
-    catalog file holds them (`build_catalog`); an in-memory connection gets them here."""
+    catalog file holds them (`build_catalog`); an in-memory connection gets them here. A catalog
+    connection reads one snapshot of the warehouse, taken now (`warehouse.snapshot`)."""
     import duckdb
 
-    if catalog is not None:
-        return duckdb.connect(str(catalog), read_only=read_only, config=config or {})
-    return taxonomy.install(duckdb.connect(config=config or {}))
+    if catalog is None:
+        return taxonomy.install(duckdb.connect(config=config or {}))
+    con = duckdb.connect(str(catalog), read_only=read_only, config=config or {})
+    try:
+        snapshot.pin(con, Path(catalog).parent)
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 class QueryRefused(ValueError):
@@ -258,7 +266,8 @@ def check_read_only(query: str) -> None:
 def connect_read_only(warehouse: str | os.PathLike[str]):  # noqa: ANN201
     """A catalog connection that can read the warehouse and nothing else: no file outside its
     directory, no extension installed or loaded, no ATTACH, and settings locked so that a query
-    cannot lift these (DuckDB's `allowed_directories` and `enable_external_access`)."""
+    cannot lift these (DuckDB's `allowed_directories` and `enable_external_access`). It reads
+    one snapshot of the warehouse, as `connect` does."""
     import duckdb
 
     layout = Layout.at(warehouse)
@@ -268,6 +277,7 @@ def connect_read_only(warehouse: str | os.PathLike[str]):  # noqa: ANN201
         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False},
     )
     try:
+        snapshot.pin(con, layout.root)
         con.execute("SET allowed_directories = [$root]", {"root": str(layout.root) + os.sep})
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")

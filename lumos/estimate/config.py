@@ -165,6 +165,8 @@ class ModelConfig:
 
 # integer fields that may be 0 (none, or not known); every other one counts something
 _ZERO_ALLOWED = ("ffn", "kv_heads", "vocab", "zero_stage", "device_memory")
+# of those, the ones whose 0 only says a base's trace did not tell: never a value to ask for
+_ZERO_IS_UNKNOWN = ("vocab",)
 
 
 def _check_int(key: str, value: int, where: str) -> None:
@@ -211,6 +213,11 @@ def parse_value(key: str, text: str, where: str = "override") -> Any:
             value = int(value)
         # a value no configuration can hold is refused where it is given, not left to a warning
         _check_int(key, value, where)
+        if key in _ZERO_IS_UNKNOWN and value == 0:
+            raise ConfigError(
+                f"{where}: {key}=0 means 'not known' (what a trace may leave it); "
+                f"give the {key} size, or leave {key} out"
+            )
         return value
     value = raw.lower()
     allowed = {"pp_schedule": PP_SCHEDULES, "recompute": RECOMPUTE}.get(key)
