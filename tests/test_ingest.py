@@ -802,6 +802,43 @@ def test_linked_folders_are_walked_once_and_loops_are_named(
     assert any("already walked" in why for _, why in report.skipped), report.skipped
 
 
+def test_files_that_cannot_be_opened_are_named_not_fatal(
+    examples: Path, tmp_path: Path, warehouse_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34, item 7: a trace the OS will not open aborted the whole ingest with a traceback;
+    a broken link or a pipe named like a trace was skipped without a word. In a folder each is
+    named as skipped and the others are ingested; named on the command line, it is an input
+    error that writes nothing. (The test runs as root, whom permissions do not stop: the OS's
+    refusal is made by `open` itself.)"""
+    import builtins
+    import os
+
+    from warehouse.jobs import InputError
+
+    folder = tmp_path / "job"
+    shutil.copytree(examples / "dlrm_8rank", folder)
+    locked = sorted(folder.glob("*.json.gz"))[0]
+    (folder / "gone.json.gz").symlink_to(tmp_path / "nowhere.json.gz")
+    os.mkfifo(folder / "pipe.json")
+    real_open = builtins.open
+
+    def refusing_open(file, *args, **kwargs):  # noqa: ANN001, ANN202
+        if Path(file) == locked:
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", refusing_open)
+    with pytest.raises(InputError, match="cannot be read \\(Permission denied\\)"):
+        ingest([locked], warehouse=warehouse_dir)
+    assert not (warehouse_dir / "manifest").exists()
+    report = ingest([folder], warehouse=warehouse_dir)
+    assert len(report.ingested) == 7 and not report.refused
+    why = "\n".join(note for _, note in report.skipped)
+    assert f"{locked}: cannot be read (Permission denied): skipped" in why
+    assert "gone.json.gz: a link to" in why and "which does not exist" in why
+    assert "pipe.json: a pipe, named like a trace: skipped" in why
+
+
 def test_a_killed_writers_temporary_files_are_swept(examples: Path, warehouse_dir: Path) -> None:
     """Issue 34, item 4: temporary files a killed catalog build or replay left (their writer's
     pid is gone) are removed by the next catalog build; a live writer's are kept."""

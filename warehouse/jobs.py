@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from warehouse.errors import TraceError
-from warehouse.layout import find_trace_files
+from warehouse.layout import cannot_read, find_trace_files
 
 __all__ = [
     "RANK_UNKNOWN",
@@ -118,6 +118,8 @@ def plan_inputs(
                 name = p.name if rel_parent == Path(".") else f"{p.name}/{rel_parent.as_posix()}"
                 groups.setdefault(job or name, []).append(f)
         elif p.is_file():
+            if (why := cannot_read(p)) is not None:
+                raise InputError(p, why)
             # A file named on the command line is read whatever its suffix: the reader says
             # what it really is.
             groups.setdefault(job or strip_trace_suffix(p.name) or p.name, []).append(p)

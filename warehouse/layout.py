@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -109,8 +110,9 @@ SIDECAR_NAMES = frozenset({"measured.json"})
 def find_trace_files(directory: Path, skipped: list[str] | None = None) -> list[Path]:
     """Trace files under `directory` at any depth, sorted, skipping hidden files and folders and
     the known sidecar files (`SIDECAR_NAMES`). Linked folders are followed (each real folder
-    once: a link back up is not walked again); a folder that cannot be read, or a link walked
-    already, is named in `skipped` when given."""
+    once: a link back up is not walked again); a folder or trace file that cannot be read, a
+    link walked already, or a name like a trace's that is no regular file (a broken link, a
+    pipe) is named in `skipped` when given."""
     directory = Path(directory)
     notes: list[str] = [] if skipped is None else skipped
     out: list[Path] = []
@@ -134,9 +136,38 @@ def find_trace_files(directory: Path, skipped: list[str] | None = None) -> list[
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in files:
             p = Path(folder) / name
-            if not name.startswith(".") and is_trace_file(p) and name not in SIDECAR_NAMES:
-                out.append(p)
+            if name.startswith(".") or name in SIDECAR_NAMES:
+                continue
+            if is_trace_file(p):
+                why = cannot_read(p)
+                if why is None:
+                    out.append(p)
+                else:
+                    notes.append(f"{p}: {why}: skipped")
+            elif name.lower().endswith(TRACE_SUFFIXES):
+                notes.append(f"{p}: {_not_a_file(p)}, named like a trace: skipped")
     return sorted(out)
+
+
+def cannot_read(path: Path) -> str | None:
+    """Why the file cannot be opened for reading (its permissions, ...), or None when it can."""
+    try:
+        open(path, "rb").close()  # noqa: SIM115
+    except OSError as err:
+        return f"cannot be read ({err.strerror or err})"
+    return None
+
+
+def _not_a_file(path: Path) -> str:
+    """What a path that is not a regular file is (for the note that skips it)."""
+    if path.is_symlink() and not path.exists():
+        return f"a link to {os.readlink(path)}, which does not exist"
+    try:
+        mode = path.stat().st_mode
+    except OSError as err:
+        return f"cannot be read ({err.strerror or err})"
+    kinds = ((stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"))
+    return next((what for test, what in kinds if test(mode)), "not a regular file")
 
 
 def empty_table(schema: pa.Schema) -> pa.Table:
