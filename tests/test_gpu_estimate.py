@@ -113,6 +113,38 @@ def test_layers_edit_copies_whole_layers_in_order(base, layers):
     assert (launch[gpu] >= 0).all() and (launch[gpu] < np.flatnonzero(gpu)).all()
 
 
+def test_an_event_wait_follows_its_record_into_each_copy(base):
+    """A `cudaStreamWaitEvent`-style sync names its record task by id: in every copy of a layer
+    (and of a micro-batch) it must wait on the record of its own copy, not on whatever task took
+    the base's id. llama_base has no event waits: one is made from two of its layer-0 tasks."""
+    from dataclasses import replace as replace_step
+
+    import pyarrow as pa
+
+    from kernels.graph import Rt
+    from lumos.estimate.gpu_edit import edit_step
+    from lumos.estimate.gpu_step import BLOCK_FWD
+
+    step, cfg = base
+    layer0 = np.flatnonzero(~step.is_gpu & np.isin(step.block, BLOCK_FWD) & (step.layer == 0))
+    record, waiter = int(layer0[0]), int(layer0[-1])
+    mode = np.asarray(step.tasks.column("rt_mode").to_numpy(), np.int64).copy()
+    arg = np.asarray(step.tasks.column("rt_arg").fill_null(-1).to_numpy(), np.int64).copy()
+    mode[waiter], arg[waiter] = int(Rt.EVENT), record
+    t = step.tasks
+    for name, values in (("rt_mode", mode), ("rt_arg", arg)):
+        i = t.schema.get_field_index(name)
+        t = t.set_column(i, t.schema.field(i), pa.array(values, t.schema.field(i).type))
+    ed = edit_step(replace_step(step, tasks=t), 2 * cfg.layers, 2, cfg.layers, 1)
+    new_mode = np.asarray(ed.tasks.column("rt_mode").to_numpy())
+    new_arg = np.asarray(ed.tasks.column("rt_arg").to_numpy())
+    waits = np.flatnonzero(new_mode == int(Rt.EVENT))
+    assert len(waits) == 2 * 2  # layer 0 is copied twice (16 from 8), in each micro-batch
+    assert (ed.base[new_arg[waits]] == record).all()
+    assert (ed.copy[new_arg[waits]] == ed.copy[waits]).all()
+    assert len(set(new_arg[waits].tolist())) == len(waits)
+
+
 def test_micro_batches_repeat_forward_and_backward_once_each(base):
     from lumos.estimate.gpu_edit import edit_step
     from lumos.estimate.layers import BLOCK

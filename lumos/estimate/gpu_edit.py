@@ -359,9 +359,15 @@ def _assemble(
         np.array([tid_of[p] if tid_of[p] is not None else -1 for p in proc.tolist()], np.int64),
     )
     deps = _edges(step, base_a, copy_a, back_from, cpu_seq, proc)
-    new_launch = _remap_launch(launch, base_a, copy_a)
     t = _set(t, "task", np.arange(n, dtype=np.int64))
-    t = _set(t, "launch_src", new_launch)
+    t = _set(t, "launch_src", _remap_ids(launch, base_a, copy_a))
+    # an event wait names its record task by id: the record of its own copy, else the one
+    # outside every copy
+    mode = np.asarray(t.column("rt_mode").to_numpy(), np.int64)
+    arg = np.asarray(step.tasks.column("rt_arg").fill_null(-1).to_numpy(), np.int64)
+    t = _set(
+        t, "rt_arg", np.where(mode == int(Rt.EVENT), _remap_ids(arg, base_a, copy_a), arg[base_a])
+    )
     piece = np.where(copy_a >= 0, piece_of[np.maximum(copy_a, 0)], int(Piece.PLAIN))
     return EditedStep(
         base_a, copy_a, np.array(lay, np.int64), t, deps, piece, back_from, sections=sections
@@ -373,13 +379,15 @@ def _set(t: pa.Table, name: str, values: np.ndarray) -> pa.Table:
     return t.set_column(i, t.schema.field(i), pa.array(values, t.schema.field(i).type))
 
 
-def _remap_launch(launch: np.ndarray, base: np.ndarray, copy: np.ndarray) -> np.ndarray:
+def _remap_ids(ids: np.ndarray, base: np.ndarray, copy: np.ndarray) -> np.ndarray:
+    """Base task ids held per base task (`ids[b]`: a launch call, an event's record) as ids of
+    the edited step: the task of the same copy, else the one outside every copy, else -1."""
     pos = {(int(b), int(c)): i for i, (b, c) in enumerate(zip(base, copy, strict=True))}
     out = np.full(base.shape[0], -1, np.int64)
     for i, (b, c) in enumerate(zip(base.tolist(), copy.tolist(), strict=True)):
-        src = int(launch[b])
+        src = int(ids[b])
         if src >= 0:
-            out[i] = pos.get((src, c), -1)
+            out[i] = pos.get((src, c), pos.get((src, -1), -1))
     return out
 
 
