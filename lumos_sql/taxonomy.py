@@ -20,6 +20,8 @@ __all__ = [
     "CLASS_RULES",
     "COMM_RULES",
     "CommPart",
+    "MEGATRON_RULES",
+    "MEGATRON_SP_RULES",
     "OpClass",
     "Rule",
     "comm_part",
@@ -29,6 +31,8 @@ __all__ = [
     "is_comm_kernel",
     "is_gemm",
     "is_loss",
+    "is_megatron",
+    "is_megatron_sp",
     "is_norm",
     "is_optimizer",
     "is_peer_copy",
@@ -79,6 +83,28 @@ COMM_RULES: tuple[tuple[CommPart, tuple[Rule, ...]], ...] = (
     (CommPart.RECORD, (Rule("equals", "record_param_comms"),)),
     (CommPart.KERNEL, (Rule("word", "nccl"), Rule("word", "rccl"))),
 )
+
+# Megatron-LM's own autograd functions (each also recorded as `<name>Backward`): its
+# tensor-parallel linears and their collectives, sequence parallelism's scatter/gather and the
+# vocabulary-parallel cross-entropy. A trace holding them runs Megatron, whose activations are
+# sequence-first ([s, b, h]) and whose embedding and LM head are split by vocabulary.
+MEGATRON_RULES: tuple[Rule, ...] = tuple(
+    Rule("prefix", n)
+    for n in (
+        "LinearWithGradAccumulationAndAsyncCommunication",
+        "_CopyToModelParallelRegion",
+        "_ReduceFromModelParallelRegion",
+        "_ScatterToModelParallelRegion",
+        "_GatherFromModelParallelRegion",
+        "_ScatterToSequenceParallelRegion",
+        "_GatherFromSequenceParallelRegion",
+        "_ReduceScatterToSequenceParallelRegion",
+        "_VocabParallelCrossEntropy",
+    )
+)
+# of those, the ones only sequence parallelism runs
+MEGATRON_SP_RULES: tuple[Rule, ...] = tuple(r for r in MEGATRON_RULES if "Sequence" in r.pattern)
+
 
 # After communication, first match wins: attention before GEMM (`aten::bmm` is a GEMM, but a
 # fused attention operator that holds GEMMs is attention), loss before normalisation.
@@ -190,6 +216,16 @@ def is_optimizer(name: str | None) -> bool:
     return op_class(name) is OpClass.OPTIMIZER
 
 
+def is_megatron(name: str | None) -> bool:
+    """One of Megatron-LM's own autograd functions (`MEGATRON_RULES`)."""
+    return bool(name) and any(_match(r, name, _folded(name)) for r in MEGATRON_RULES)
+
+
+def is_megatron_sp(name: str | None) -> bool:
+    """One of Megatron's sequence-parallel scatters and gathers (`MEGATRON_SP_RULES`)."""
+    return bool(name) and any(_match(r, name, _folded(name)) for r in MEGATRON_SP_RULES)
+
+
 def is_peer_copy(name: str | None) -> bool:
     """A GPU copy between devices, by its name (the caller checks that the task is a copy)."""
     return bool(name) and any(_match(r, name, _folded(name)) for r in PEER_COPY_RULES)
@@ -238,6 +274,8 @@ def macros_sql(temp: bool = True) -> str:
         f"is_norm(n) AS op_class(n) = {_sql_str(OpClass.NORM)}",
         f"is_optimizer(n) AS op_class(n) = {_sql_str(OpClass.OPTIMIZER)}",
         f"is_peer_copy(n) AS coalesce({_sql_any(PEER_COPY_RULES)}, false)",
+        f"is_megatron(n) AS coalesce({_sql_any(MEGATRON_RULES)}, false)",
+        f"is_megatron_sp(n) AS coalesce({_sql_any(MEGATRON_SP_RULES)}, false)",
     ]
     ops += [f"kind_{k.name.lower()}() AS {int(k)}" for k in Kind]
     ops += [f"rt_{r.name.lower()}() AS {int(r)}" for r in Rt]

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def names_wh(shared_traces: Path, tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
     """NCCL on an A100 and on eight V100 ranks, gloo on CPU ranks, a single-H100 LLaMA step, an
-    MI300X training and an H100 inference trace (HIP and Hugging Face operator names)."""
+    MI300X training and an H100 inference trace (HIP and Hugging Face operator names), and
+    Megatron-LM's tensor-parallel GPT."""
     wh = Warehouse.open(tmp_path_factory.mktemp("taxonomy") / "wh", create=True)
     runs = {
         "nccl_a100": shared_traces / "hta" / "nccl_parser_config",
@@ -27,6 +28,7 @@ def names_wh(shared_traces: Path, tmp_path_factory: pytest.TempPathFactory) -> W
         "llama": shared_traces / "gpu_h100" / "llama_base",
         "mi300x": shared_traces / "tracelens" / "mi300x_ddp_resnet18_train.json.gz",
         "qwen": shared_traces / "tracelens" / "h100_qwen1.5-0.5b_inference.json.gz",
+        "megatron": ROOT / "tests" / "data" / "megatron_tp2",
     }
     for job, path in runs.items():
         report = wh.ingest([path], job=job)
@@ -37,14 +39,18 @@ def names_wh(shared_traces: Path, tmp_path_factory: pytest.TempPathFactory) -> W
 def test_sql_and_python_agree_on_every_name(names_wh: Warehouse) -> None:
     rows = names_wh.arrow(
         "SELECT name, comm_part(name) AS part, op_class(name) AS cls, is_comm(name) AS comm, "
-        "is_comm_kernel(name) AS kernel, is_peer_copy(name) AS peer, is_attention(name) AS att "
+        "is_comm_kernel(name) AS kernel, is_peer_copy(name) AS peer, is_attention(name) AS att, "
+        "is_megatron(name) AS megatron, is_megatron_sp(name) AS megatron_sp "
         "FROM (SELECT DISTINCT name FROM events WHERE name IS NOT NULL)"
     ).to_pylist()
     assert len(rows) > 500
     for r in rows:
         n = r["name"]
         part = taxonomy.comm_part(n)
-        got = (r["part"], r["cls"], r["comm"], r["kernel"], r["peer"], r["att"])
+        got = tuple(
+            r[k]
+            for k in ("part", "cls", "comm", "kernel", "peer", "att", "megatron", "megatron_sp")
+        )
         want = (
             None if part is None else str(part),
             str(taxonomy.op_class(n)),
@@ -52,8 +58,14 @@ def test_sql_and_python_agree_on_every_name(names_wh: Warehouse) -> None:
             taxonomy.is_comm_kernel(n),
             taxonomy.is_peer_copy(n),
             taxonomy.is_attention(n),
+            taxonomy.is_megatron(n),
+            taxonomy.is_megatron_sp(n),
         )
         assert got == want, n
+    megatron = {r["name"] for r in rows if r["megatron"]}
+    assert "_ReduceFromModelParallelRegion" in megatron
+    assert "LinearWithGradAccumulationAndAsyncCommunicationBackward" in megatron
+    assert not any(r["megatron_sp"] for r in rows)  # the recorded run has no sequence parallelism
 
 
 def test_comm_kernels_are_the_kernels_that_carry_collective_arguments(

@@ -33,7 +33,7 @@ from typing import Any
 
 import lumos_sql
 from lumos.estimate.config import KEYS, ConfigError, ModelConfig
-from lumos_sql.taxonomy import CommPart, comm_part
+from lumos_sql.taxonomy import CommPart, comm_part, is_megatron, is_megatron_sp
 from warehouse.catalog import connect as catalog_connect
 from warehouse.catalog import no_trace_message
 
@@ -302,6 +302,43 @@ def _attention(rows: list[dict[str, Any]], tokens: int | None) -> Attention | No
     return Attention(name, b, s, h, d, counts, how, again)
 
 
+# the batched GEMMs attention written out runs (Megatron's local attention, eager attention)
+_SCORE_GEMMS = ("aten::baddbmm", "aten::bmm", "aten::matmul")
+
+
+def _score_attention(rows: list[dict[str, Any]], tokens: int | None) -> Attention | None:
+    """Attention written out as GEMMs: the scores `Q·Kᵀ` are the batched GEMM of `[..., s, d]`
+    by `[..., d, s]` (a square product), its batch dims `b × heads` (`tokens / s` of them the
+    micro-batch). None without such a GEMM or without the token count to split its batch."""
+    shapes: Counter = Counter()
+    counts: dict[tuple, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for r in rows:
+        if r["name"] not in _SCORE_GEMMS or not int(r["n"]):
+            continue
+        d = [x for x in (_shape(x) for x in _dims(r["input_dims"])) if x][-2:]  # scalars out
+        if len(d) != 2 or len(d[0]) < 3 or len(d[0]) != len(d[1]):
+            continue
+        a, k = d
+        if a[:-2] != k[:-2] or a[-1] != k[-2] or a[-2] != k[-1]:
+            continue
+        key = (r["name"], a[:-2], a[-2], a[-1])
+        shapes[key] += int(r["n"])
+        counts[key][int(r["rank"])] += int(r["n"])
+    if not shapes or not tokens:
+        return None
+    key = shapes.most_common(1)[0][0]
+    name, batch, s, hd = key
+    n = math.prod(batch)
+    if not _divides(tokens, s) or not _divides(n, tokens // s):
+        return None
+    b = tokens // s
+    how = (
+        f"{name} scores [{', '.join(map(str, (*batch, s, hd)))}] × [.., {hd}, {s}]: "
+        f"micro-batch {b} ({tokens} tokens / seq {s}) × {n // b} heads"
+    )
+    return Attention(name, b, s, n // b, hd, dict(counts[key]), how)
+
+
 def _kv_heads(
     f: _Fields, att: Attention | None, gemms: list[Gemm], hidden: int | None, tp: int
 ) -> int:
@@ -417,6 +454,20 @@ def _norms(f: _Fields, con, job: str) -> None:  # noqa: ANN001
         f.set("unfused_norm", True, 0.6, f"{rsqrt} aten::rsqrt calls, no fused norm operator")
     else:
         f.default("unfused_norm", False, "no norm operator recognised")
+
+
+# Words of a process group's description that name a kind of parallelism: a group named for one
+# of them alone is that degree's; a group named for several (Megatron's
+# `TENSOR_AND_DATA_PARALLEL_GROUP`, `EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP`) is none's.
+_PARALLEL_WORDS = frozenset(
+    {"tensor", "pipeline", "data", "expert", "context", "embedding", "position", "and"}
+)
+
+
+def _describes(desc: str, word: str) -> bool:
+    """Whether a process group described as `desc` is the group of `word` parallelism alone."""
+    words = set(re.findall(r"[a-z]+", desc.lower()))
+    return word in words and not (words & _PARALLEL_WORDS) - {word}
 
 
 def _near(n: float, k: float) -> bool:
@@ -606,8 +657,11 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
     else:
         f.default("hidden", 1, "no GEMM with shapes (record_shapes off, or not a transformer)")
 
+    # Megatron's own autograd functions: sequence-first activations, vocabulary-split tables.
+    megatron = sorted({str(r["name"]) for r in names if is_megatron(str(r["name"]))})
+
     # Attention: heads, head_dim, seq, micro_batch, tp from width.
-    att = _attention(attn_rows, tokens)
+    att = _attention(attn_rows, tokens) or _score_attention(gemm_rows, tokens)
     tp_shape = None
     if att and hidden:
         width = att.local_heads * att.head_dim
@@ -623,7 +677,11 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
         for g in gemms:
             if g.k == hidden and len(g.lead) == 2:
                 lead[g.lead] += g.count
-        if lead:
+        if lead and megatron:
+            s, b = lead.most_common(1)[0][0]
+            f.set("seq", s, 0.6, f"GEMM activation [{s}, {b}, {hidden}] read as [s, b, h]")
+            f.set("micro_batch", b, 0.6, f"Megatron is sequence-first ({megatron[0]} in the trace)")
+        elif lead:
             b, s = lead.most_common(1)[0][0]
             f.set("seq", s, 0.3, f"GEMM activation [{b}, {s}, {hidden}] read as [b, s, h]")
             f.set("micro_batch", b, 0.3, "GEMM activation read as [b, s, h] (no attention op)")
@@ -672,7 +730,7 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
         sizes = [
             int(pg.get("pg_size") or len(pg.get("ranks") or []))
             for pg in pg_descs
-            if word in str(pg.get("pg_desc", "")).lower()
+            if _describes(str(pg.get("pg_desc", "")), word)
         ]
         return max(sizes) if sizes else None
 
@@ -834,6 +892,8 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
         if attn_rows:  # with or without shapes: one forward call per layer and micro-batch
             name, per_rank, _ = _attention_calls(attn_rows)
             what = f"{name} calls"
+        elif att:  # the attention scores' GEMM, once per layer and micro-batch
+            per_rank, what = att.count_by_rank, f"{att.name} attention-score calls"
         if not per_rank and hidden and f.get("ffn"):
             F = int(f.get("ffn")) // tp
             per_rank = defaultdict(int)
@@ -847,7 +907,7 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
             f.set(
                 "layers",
                 local[rk],
-                0.7 if attn_rows else 0.5,
+                0.7 if attn_rows or att else 0.5,
                 f"{per_rank[rk]} {what} / ({n_steps[rk]} step(s) × {n_mb} micro-batch(es)) "
                 f"on rank {rk}",
             )
@@ -932,12 +992,19 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
         conf = 0.8 if n_mb > pp or interleaved else 0.4
         f.set("pp_schedule", sched, conf, how + (" (interleaved)" if interleaved else ""))
 
-    if vocab:
-        f.set("vocab", vocab, 0.6, f"largest embedding table has {vocab} rows (per rank)")
-    # A replicated and a vocabulary-split table look alike on one rank (both `vocab` rows here)
-    f.default(
-        "vocab_parallel", False, "embedding and LM head replicated over TP ranks (Megatron splits)"
-    )
+    split = [n for n in megatron if "VocabParallel" in n]
+    if vocab and split and tp > 1:
+        f.set("vocab", vocab * tp, 0.8, f"{vocab} embedding rows per rank × tp {tp}")
+        f.set("vocab_parallel", True, 0.9, f"Megatron splits the vocabulary ({split[0]})")
+    else:
+        if vocab:
+            f.set("vocab", vocab, 0.6, f"largest embedding table has {vocab} rows (per rank)")
+        # A replicated and a vocabulary-split table look alike on one rank (`vocab` rows here)
+        f.default(
+            "vocab_parallel",
+            False,
+            "embedding and LM head replicated over TP ranks (Megatron splits)",
+        )
 
     _norms(f, con, job)
 
@@ -987,7 +1054,10 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:
         )
     else:
         f.default("zero_stage", 0, "no reduce-scatter/all-gather pattern of sharded training")
-    if tp > 1 and sp:
+    sp_marks = [n for n in megatron if is_megatron_sp(n)]
+    if tp > 1 and sp_marks:
+        f.set("sequence_parallel", True, 0.9, f"Megatron's sequence parallelism ({sp_marks[0]})")
+    elif tp > 1 and sp:
         f.set(
             "sequence_parallel",
             True,
