@@ -17,14 +17,19 @@ TRACES = Path(__file__).parent / "data" / "megatron_tp2"
 
 
 @pytest.fixture(scope="module")
-def megatron(tmp_path_factory: pytest.TempPathFactory):
-    from lumos.estimate.infer import infer_base
-    from warehouse.handle import WarehouseHandle
-
+def megatron_wh(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wh = tmp_path_factory.mktemp("megatron") / "wh"
     report = ingest([TRACES], warehouse=wh, job="megatron")
     assert len(report.ingested) == TRUTH["tp"] and not report.refused
-    return infer_base(WarehouseHandle.open(wh), "megatron")
+    return wh
+
+
+@pytest.fixture(scope="module")
+def megatron(megatron_wh: Path):
+    from lumos.estimate.infer import infer_base
+    from warehouse.handle import WarehouseHandle
+
+    return infer_base(WarehouseHandle.open(megatron_wh), "megatron")
 
 
 def test_megatron_configuration_is_read_as_it_ran(megatron) -> None:
@@ -41,3 +46,20 @@ def test_megatron_evidence_names_what_was_read(megatron) -> None:
     assert "tensor parallel" in ev["tp"]
     assert "_VocabParallelCrossEntropy" in ev["vocab_parallel"]
     assert "baddbmm" in ev["layers"]
+
+
+def test_a_megatron_base_is_cut_into_layers_by_its_score_gemms(megatron_wh: Path) -> None:
+    """No operator is named for Megatron's local attention: the template finds the layers by
+    the scores' GEMM (`aten::baddbmm`), so layers can be added (it refused before: 0 attention
+    operators, no layer annotation)."""
+    from lumos.api import Warehouse
+    from lumos.estimate.estimator import Estimator
+
+    est = Estimator.open(megatron_wh, "megatron")
+    base, double = est.predict([est.base, est.base.replace(layers=2 * TRUTH["layers"])])
+    steps = Warehouse.open(megatron_wh).sql(
+        "select median(dur_ns) as m from events where rank = 0 and name like 'ProfilerStep#%'"
+    )
+    assert base.predicted_ns == pytest.approx(float(steps["m"][0]), rel=0.05)
+    # the layers are most of the step: twice as many take well over 1.5x, under 2x
+    assert 1.5 < double.predicted_ns / base.predicted_ns < 2.0

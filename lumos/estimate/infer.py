@@ -33,6 +33,7 @@ from typing import Any
 
 import lumos_sql
 from lumos.estimate.config import KEYS, ConfigError, ModelConfig
+from lumos.estimate.score_gemm import score_shape
 from lumos_sql.taxonomy import CommPart, comm_part, is_megatron, is_megatron_sp
 from warehouse.catalog import connect as catalog_connect
 from warehouse.catalog import no_trace_message
@@ -302,26 +303,17 @@ def _attention(rows: list[dict[str, Any]], tokens: int | None) -> Attention | No
     return Attention(name, b, s, h, d, counts, how, again)
 
 
-# the batched GEMMs attention written out runs (Megatron's local attention, eager attention)
-_SCORE_GEMMS = ("aten::baddbmm", "aten::bmm", "aten::matmul")
-
-
 def _score_attention(rows: list[dict[str, Any]], tokens: int | None) -> Attention | None:
-    """Attention written out as GEMMs: the scores `Q·Kᵀ` are the batched GEMM of `[..., s, d]`
-    by `[..., d, s]` (a square product), its batch dims `b × heads` (`tokens / s` of them the
-    micro-batch). None without such a GEMM or without the token count to split its batch."""
+    """Attention written out as GEMMs (`score_gemm`): the scores' batch dims are `b × heads`,
+    `tokens / s` of them the micro-batch. None without such a GEMM or without the token count
+    to split its batch."""
     shapes: Counter = Counter()
     counts: dict[tuple, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for r in rows:
-        if r["name"] not in _SCORE_GEMMS or not int(r["n"]):
+        score = score_shape(r["name"], r["input_dims"]) if int(r["n"]) else None
+        if score is None:
             continue
-        d = [x for x in (_shape(x) for x in _dims(r["input_dims"])) if x][-2:]  # scalars out
-        if len(d) != 2 or len(d[0]) < 3 or len(d[0]) != len(d[1]):
-            continue
-        a, k = d
-        if a[:-2] != k[:-2] or a[-1] != k[-2] or a[-2] != k[-1]:
-            continue
-        key = (r["name"], a[:-2], a[-2], a[-1])
+        key = (r["name"], *score)
         shapes[key] += int(r["n"])
         counts[key][int(r["rank"])] += int(r["n"])
     if not shapes or not tokens:

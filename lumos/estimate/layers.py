@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from lumos.estimate.score_gemm import score_shape
 from lumos_sql.taxonomy import is_attention, is_comm, is_loss, is_norm
 
 # roles: the shape feature an operator's duration follows (see retime.FEATURES)
@@ -358,7 +359,8 @@ def _is_bwd(name: str) -> bool:
 def _period_layers(rows: list[dict[str, Any]], fwd: list[int], job: str) -> list[list[range]]:
     """Layer spans (row ranges) per forward run, from the repeating op-name sequence.
 
-    The unit is the most frequent name sequence from one attention op to the next: consecutive
+    The unit is the most frequent name sequence from one attention op (else attention-score
+    GEMM, `score_gemm`) to the next: consecutive
     attentions separated by exactly the unit are layers of one run (one micro-batch's forward).
     Where a layer starts (the unit's rotation) is what matches the unit both before a run's first
     attention and after its last one; among those offsets, the one whose layer starts with a norm
@@ -366,6 +368,8 @@ def _period_layers(rows: list[dict[str, Any]], fwd: list[int], job: str) -> list
     """
     names = [rows[i]["name"] for i in fwd]
     att = [j for j, n in enumerate(names) if is_attention(n)]
+    if len(att) < 2:  # attention written out as GEMMs: its scores' GEMM
+        att = [j for j, i in enumerate(fwd) if score_shape(names[j], rows[i].get("input_dims"))]
     compiled = sorted({str(r["name"]) for r in rows if _is_compiled(str(r["name"]))})
     if len(att) < 2 and compiled:
         raise TemplateError(
@@ -376,8 +380,9 @@ def _period_layers(rows: list[dict[str, Any]], fwd: list[int], job: str) -> list
         )
     if len(att) < 2:
         raise TemplateError(
-            f"{job}: {len(att)} attention operator(s) in the traced step and no layer annotation "
-            "(layer_<i>, nn.Module ...Layer_<i>, layers.<i>): cannot find the repeated layers"
+            f"{job}: {len(att)} attention operator(s) or score GEMM(s) in the traced step and no "
+            "layer annotation (layer_<i>, nn.Module ...Layer_<i>, layers.<i>): cannot find the "
+            "repeated layers"
         )
     segs = [tuple(names[a:b]) for a, b in zip(att, att[1:], strict=False)]
     unit = max(set(segs), key=lambda u: (segs.count(u), -len(u)))
