@@ -24,14 +24,15 @@ WITH sw AS (
     FROM traces
     WHERE job = (SELECT any_value(job) FROM g_ev) AND status = 'ok'
 ), late AS (
-    SELECT g.rank, g.task, g.launch_ts, g.prev_launch_ts,
-           g.ts_ns - greatest(g.launch_end + c.launch_lat_ns + c.gap_ns, g.prev_end + c.gap_ns,
-                              sw.sw_end + c.gap_ns) AS wait_ns
-    FROM g_gpu_t AS g
-    JOIN g_const AS c ON c.rank = g.rank AND c.device = g.device
-    LEFT JOIN sw ON sw.rank = g.rank AND sw.task = g.task
-    WHERE g.ts_ns - greatest(g.launch_end + c.launch_lat_ns + c.gap_ns, g.prev_end + c.gap_ns,
-                             sw.sw_end + c.gap_ns) > 2 * c.gap_ns + 2000
+    SELECT * FROM (
+        SELECT g.rank, g.task, g.launch_ts, g.prev_launch_ts, c.gap_ns,
+               g.ts_ns - greatest(g.launch_end + c.launch_lat_ns + c.gap_ns,
+                                  g.prev_end + c.gap_ns, sw.sw_end + c.gap_ns) AS wait_ns
+        FROM g_gpu_t AS g
+        JOIN g_const AS c ON c.rank = g.rank AND c.device = g.device
+        LEFT JOIN sw ON sw.rank = g.rank AND sw.task = g.task
+    )
+    WHERE wait_ns > 2 * gap_ns + 2000
 ), call AS (
     -- the last cudaStreamWaitEvent (any thread) before the task's launch
     SELECT l.rank, l.task, w.ts_ns AS wait_call_ts
