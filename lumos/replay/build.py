@@ -15,7 +15,8 @@ Two modes:
 
 ``drop`` removes rule families for ablations: ``launch``, ``stream_wait`` (both the given and the
 inferred inter-stream edges), ``sm_wait`` (SM-occupancy edges), ``thread``, ``sync`` (runtime dependencies), ``gap`` (CPU idle
-gaps), ``queue`` (launch-queue back-pressure; applied by the caller through queue_depth=0).
+gaps), ``queue`` (launch-queue back-pressure; applied by the caller through queue_depth=0),
+``ext_wait`` (the measured external waits of GPU tasks).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from kernels.graph import Kind, ReplayGraph, Rt, csr_from_edges
 from lumos.replay.constants import DeviceConstants
 
 MODES = ("model", "identity")
-DROPPABLE = ("launch", "stream_wait", "sm_wait", "thread", "sync", "gap", "queue")
+DROPPABLE = ("launch", "stream_wait", "sm_wait", "thread", "sync", "gap", "queue", "ext_wait")
 
 
 class BuildError(ValueError):
@@ -166,7 +167,8 @@ def build_graph(
         lat[is_launch] = lat_of[dev[d_dst[is_launch]]]
         # what held a GPU task that no edge explains (untraced peers, ...), as measured: a
         # wait after it is ready, so a configuration that moves its launch or stream keeps it
-        delay[is_gpu] += _ext_wait(tasks)[is_gpu]
+        if "ext_wait" not in drop:
+            delay[is_gpu] += _ext_wait(tasks)[is_gpu]
         # a GPU task whose launch is outside the capture: first on its stream -> traced offset
         first_on_proc = np.ones(n, bool)
         order = np.argsort(proc, kind="stable")  # by (proc, task): task ids are 0..n-1
