@@ -39,6 +39,7 @@ class Warehouse(WarehouseHandle):
         # where each job's replay stands (lumos replay skips the "ok" and "failed" ones; "-": no
         # ingested trace to replay)
         jobs["replay"] = [states.get(j, "-") for j in jobs["job"]] if len(jobs) else []
+        self._add_replay_quality(jobs)
         totals = {
             "jobs": int(len(jobs)),
             "files_ok": int(jobs["files_ok"].sum()) if len(jobs) else 0,
@@ -47,3 +48,33 @@ class Warehouse(WarehouseHandle):
             "bytes": int(jobs["bytes"].sum()) if len(jobs) else 0,
         }
         return {"jobs": jobs, "refused": refused, "totals": totals}
+
+    def _add_replay_quality(self, jobs) -> None:  # noqa: ANN001
+        """Columns `ext_wait_%` (the largest share of a step in measured external waits, with
+        its main cause) and `model` (`ok`, `off bound`: the model replay's error exceeds the
+        bounds of lumos.replay.bounds, `-`: not scored) of each job."""
+        from lumos.replay.bounds import off_bounds
+
+        views = set(self.sql("select view_name from duckdb_views()")["view_name"])
+        rows = (
+            self.sql(lumos_sql.load("status/replay_quality")).to_dict("records")
+            if "replay_quality" in views
+            else []
+        )
+        by = {r["job"]: r for r in rows}
+        waits, model = [], []
+        for j in jobs["job"]:
+            r = by.get(j)
+            if r is None:
+                waits.append("-")
+                model.append("-")
+                continue
+            share = r["ext_wait_share"]
+            if share is None or share != share:  # a replay stored before the waits (NaN in pandas)
+                waits.append("-")
+            else:
+                cause = f" {r['wait_cause']}" if share > 0 and r["wait_cause"] else ""
+                waits.append(f"{100 * share:.2f}{cause}")
+            model.append("off bound" if off_bounds(r) else "ok")
+        jobs["ext_wait_%"] = waits
+        jobs["model"] = model

@@ -169,7 +169,9 @@ def test_multirank_recovers_known_clock_offsets(replays, real_wh) -> None:  # no
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["gap", "launch", "sync", "stream_wait", "sm_wait", "thread"])
+@pytest.mark.parametrize(
+    "kind", ["gap", "launch", "sync", "stream_wait", "sm_wait", "thread", "ext_wait"]
+)
 def test_each_rule_matters(real_wh, kind: str) -> None:  # noqa: ANN001
     _, con = real_wh
     # small traces first: the first one that gets worse ends the test

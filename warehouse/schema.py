@@ -233,6 +233,10 @@ ITERATION_REPLAY = pa.schema(
         pa.field("mode", pa.string(), nullable=False),  # 'model' | 'identity'
         pa.field("warmup", pa.bool_(), nullable=False),
         pa.field("truncated", pa.bool_(), nullable=False),
+        # the step's measured external waits in this mode's replay (union over streams) and
+        # their share of measured_ns (lumos_sql/replay/iteration_replay.sql)
+        pa.field("ext_wait_ns", pa.int64()),
+        pa.field("ext_wait_share", pa.float64()),
     ]
 )
 TABLES["iteration_replay"] = ITERATION_REPLAY
@@ -263,6 +267,10 @@ TASKS = pa.schema(
         pa.field("correlation", pa.int64()),
         pa.field("gap_ns", pa.int64()),  # CPU: idle time before the task no edge explains
         pa.field("origin_ns", pa.int64()),
+        # GPU: the delay before its start that no edge explains, kept in the model replay
+        pa.field("ext_wait_ns", pa.int64()),
+        # peers_not_traced | unmatched_stream_wait | unknown (lumos_sql/graph/waits.sql)
+        pa.field("wait_cause", pa.string()),
     ]
 )
 TABLES["tasks"] = TASKS
@@ -337,6 +345,10 @@ REPLAY_QUALITY = pa.schema(
         pa.field("max_rel_error", pa.float64()),
         pa.field("unexplained_slack_ns", pa.int64()),
         pa.field("n_unexplained", pa.int64()),
+        # median over the complete steps of iteration_replay.ext_wait_share, and the cause
+        # holding most of the rank's external-wait time (lumos_sql/graph/waits.sql)
+        pa.field("ext_wait_share", pa.float64()),
+        pa.field("wait_cause", pa.string()),
     ]
 )
 TABLES["replay_quality"] = REPLAY_QUALITY
@@ -377,6 +389,8 @@ BREAKDOWN = pa.schema(
         pa.field("overlapped_ns", pa.int64(), nullable=False),  # compute and communication
         pa.field("exposed_comm_ns", pa.int64(), nullable=False),  # communication, no compute
         pa.field("idle_ns", pa.int64(), nullable=False),  # other/idle: no GPU task busy
+        # the part of idle_ns in measured external waits (lumos_sql/graph/waits.sql)
+        pa.field("ext_wait_ns", pa.int64()),
         pa.field("n_gpu_tasks", pa.int64(), nullable=False),  # GPU tasks of the step
         pa.field("warmup", pa.bool_(), nullable=False),
         pa.field("truncated", pa.bool_(), nullable=False),

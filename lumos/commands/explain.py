@@ -91,7 +91,7 @@ def _print_breakdown(job: str, bd: list[dict], util: dict[tuple, list[float]]) -
     print(f"job {job}: GPU span breakdown (ms; % of span) and mean SM utilisation")
     print(
         f"{'rank':>4} {'step':>6} {'mode':<9} {'span':>9} {'exp.comp':>15} {'overlap':>15} "
-        f"{'exp.comm':>15} {'idle':>15} {'SM util':>8} flags"
+        f"{'exp.comm':>15} {'idle':>15} {'of it ext.wait':>15} {'SM util':>8} flags"
     )
     for r in sorted(bd, key=lambda r: (r["rank"], r["step"], r["mode"])):
         span = max(r["span_ns"], 1)
@@ -99,6 +99,9 @@ def _print_breakdown(job: str, bd: list[dict], util: dict[tuple, list[float]]) -
             f"{_ms(r[k])} ({100 * r[k] / span:4.1f}%)".rjust(15)
             for k in ("exposed_compute_ns", "overlapped_ns", "exposed_comm_ns", "idle_ns")
         ]
+        # the part of idle in measured external waits (none in tables written before it)
+        wait = r.get("ext_wait_ns") or 0
+        cells.append(f"{_ms(wait)} ({100 * wait / span:4.1f}%)".rjust(15))
         u = util.get((r["rank"], r["step"], r["mode"]), [])
         flags = ",".join(f for f in ("warmup", "truncated") if r[f])
         print(

@@ -121,10 +121,13 @@ def _run(args: argparse.Namespace) -> int:
 def _print_table(shown: list) -> None:
     if not shown:
         return
+    from lumos.replay.bounds import MAX_BOUND, MEDIAN_BOUND, cause_words, off_bounds
+
     print(
         f"{'job':<24} {'rank':>4} {'metric':<9} {'steps':>5} {'model med/max %':>16} "
-        f"{'identity med/max %':>19} {'slack ms':>9}"
+        f"{'identity med/max %':>19} {'slack ms':>9} {'ext wait %':>10}"
     )
+    off = []
     for o, quality in shown:
         by = {(r["rank"], r["metric"], r["mode"]): r for r in quality.to_pylist()}
         for rank, metric, mode in sorted(by):
@@ -136,11 +139,37 @@ def _print_table(shown: list) -> None:
                 f"{100 * i['median_rel_error']:.2f}/{100 * i['max_rel_error']:.2f}" if i else "-"
             )
             slack = (m["unexplained_slack_ns"] or 0) / 1e6
+            bad = off_bounds(m)
+            if bad:
+                off.append((o.job, m))
             print(
                 f"{o.job:<24} {rank:>4} {metric:<9} {m['n_steps']:>5} "
                 f"{100 * m['median_rel_error']:>7.2f}/{100 * m['max_rel_error']:<8.2f} "
-                f"{ident:>19} {slack:>9.2f}"
+                f"{ident:>19} {slack:>9.2f} {100 * (m['ext_wait_share'] or 0):>10.2f}"
+                + ("  OFF BOUND" if bad else "")
             )
+    # per job whose external waits take more of a step than the median bound (dropping them
+    # would move the model's figure by more than that) or whose model replay is off bounds
+    for o, quality in shown:
+        model = [r for r in quality.to_pylist() if r["mode"] == "model"]
+        share = max((r["ext_wait_share"] or 0 for r in model), default=0.0)
+        mine = [m for j, m in off if j == o.job]
+        if share <= MEDIAN_BOUND and not mine:
+            continue
+        worst = max(model, key=lambda r: r["ext_wait_share"] or 0)
+        waits = (
+            f"external waits are up to {100 * share:.1f} % of a step (mostly "
+            f"{worst['wait_cause']}: {cause_words(worst['wait_cause'])}), kept as measured in "
+            "the model replay"
+        )
+        bound = (
+            f"; its model replay is off by more than the bound (median {100 * MEDIAN_BOUND:.0f} %, "
+            f"max {100 * MAX_BOUND:.0f} %) on {len(mine)} rank metric(s): do not trust its "
+            "model figures"
+            if mine
+            else ""
+        )
+        print(f"lumos replay: job {o.job!r}: {waits}{bound}", file=sys.stderr)
 
 
 def _nothing_scored(outcome, quality) -> str | None:  # noqa: ANN001

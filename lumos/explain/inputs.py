@@ -55,6 +55,12 @@ class RankView:
         self.kind = _np(self.tasks, "kind", -1)
         self.cls = _np(self.tasks, "cls", -1)
         self.step = _np(self.tasks, "step", NO_STEP)
+        # measured external wait before each GPU task (none in tables written before it)
+        self.ext_wait = (
+            np.maximum(_np(self.tasks, "ext_wait_ns", 0), 0)
+            if "ext_wait_ns" in self.tasks.column_names
+            else np.zeros(n, np.int64)
+        )
         for mode, s in self.schedules.items():
             if s.num_rows != n or not np.array_equal(_np(s, "task", -1), np.arange(n)):
                 raise ExplainInputError(

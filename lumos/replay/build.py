@@ -3,9 +3,10 @@
 Two modes:
 
 * ``model``: every task keeps its traced duration (syncs their call cost only) and CPU tasks their
-  idle gap; no GPU task takes its start from the trace: a GPU task starts ``gap_ns`` after the
-  latest of its stream predecessor, its launch call + ``launch_lat_ns`` and its inter-stream
-  predecessors; syncs return ``sync_lat_ns`` after what they wait for. The one exception is a GPU
+  idle gap; no GPU task takes its start from the trace: a GPU task starts ``gap_ns`` (plus its
+  measured external wait, ``ext_wait_ns``: graph/waits.sql) after the latest of its stream
+  predecessor, its launch call + ``launch_lat_ns`` and its inter-stream predecessors; syncs
+  return ``sync_lat_ns`` after what they wait for. The one exception is a GPU
   task launched before the capture began (no launch in the trace) that is first on its stream: it
   starts at its traced offset, since nothing else can place it.
 * ``identity``: the same graph, plus one zero-length anchor task at time 0 on an extra thread and
@@ -14,7 +15,8 @@ Two modes:
 
 ``drop`` removes rule families for ablations: ``launch``, ``stream_wait`` (both the given and the
 inferred inter-stream edges), ``sm_wait`` (SM-occupancy edges), ``thread``, ``sync`` (runtime dependencies), ``gap`` (CPU idle
-gaps), ``queue`` (launch-queue back-pressure; applied by the caller through queue_depth=0).
+gaps), ``queue`` (launch-queue back-pressure; applied by the caller through queue_depth=0),
+``ext_wait`` (the measured external waits of GPU tasks).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from kernels.graph import Kind, ReplayGraph, Rt, csr_from_edges
 from lumos.replay.constants import DeviceConstants
 
 MODES = ("model", "identity")
-DROPPABLE = ("launch", "stream_wait", "sm_wait", "thread", "sync", "gap", "queue")
+DROPPABLE = ("launch", "stream_wait", "sm_wait", "thread", "sync", "gap", "queue", "ext_wait")
 
 
 class BuildError(ValueError):
@@ -77,6 +79,14 @@ def _col(t: pa.Table | TaskColumns, name: str, fill: int = -1) -> np.ndarray:
     if col.null_count:
         col = col.fill_null(fill)
     return np.asarray(col.to_numpy(zero_copy_only=False), np.int64)
+
+
+def _ext_wait(tasks: pa.Table | TaskColumns) -> np.ndarray:
+    """Each task's measured external wait (0 where none; tables written before it had none)."""
+    names = tasks.table.column_names if isinstance(tasks, TaskColumns) else tasks.column_names
+    if "ext_wait_ns" not in names:
+        return np.zeros(tasks.num_rows, np.int64)
+    return np.maximum(_col(tasks, "ext_wait_ns", 0), 0)
 
 
 def build_graph(
@@ -155,6 +165,10 @@ def build_graph(
         delay[is_gpu] = gap_of[gpu_dev[is_gpu]] if n_dev else 0
         is_launch = d_kind == DEP_KIND["launch"]
         lat[is_launch] = lat_of[dev[d_dst[is_launch]]]
+        # what held a GPU task that no edge explains (untraced peers, ...), as measured: a
+        # wait after it is ready, so a configuration that moves its launch or stream keeps it
+        if "ext_wait" not in drop:
+            delay[is_gpu] += _ext_wait(tasks)[is_gpu]
         # a GPU task whose launch is outside the capture: first on its stream -> traced offset
         first_on_proc = np.ones(n, bool)
         order = np.argsort(proc, kind="stable")  # by (proc, task): task ids are 0..n-1

@@ -33,7 +33,7 @@ from warehouse.layout import Layout, encode_job, write_parquet_atomic
 from warehouse.schema import SCHEDULES, TABLES
 
 GRAPH_SCRIPTS = ("base", "constants")
-GRAPH_SCRIPTS_AFTER_CONST = ("iterations", "tasks", "deps", "kernels", "slack")
+GRAPH_SCRIPTS_AFTER_CONST = ("iterations", "tasks", "deps", "waits", "kernels", "slack")
 MODES = ("model", "identity", MULTIRANK)
 RESULT_TABLES = ("iterations", "tasks", "deps", "kernels", "schedules", "iteration_replay")
 

@@ -1,24 +1,16 @@
 -- g_slack: per rank, the GPU start delays that no edge of the graph explains (a quality flag):
--- for each GPU task, its traced start minus the latest of (launch end + launch latency + gap,
--- stream predecessor end + gap, inter-stream predecessor end + gap); delays above 2 gaps + 2 us
--- (timer noise) are summed. Run after graph/deps.
+-- the measured external waits of graph/waits (delays above 2 gaps + 2 us of timer noise), their
+-- sum and count, and the cause that holds most of that time. Run after graph/waits.
 CREATE OR REPLACE TEMP TABLE g_slack AS
-WITH sw AS (
-    SELECT d.rank, d.dst AS task, max(s.ts_ns + s.dur_ns) AS sw_end
-    FROM deps AS d JOIN tasks AS s ON s.rank = d.rank AND s.task = d.src
-    WHERE d.kind IN ('stream_wait', 'stream_wait_inferred', 'sm_wait')
-    GROUP BY ALL
-), k AS (
-    SELECT g.rank, c.gap_ns,
-           g.ts_ns - greatest(g.launch_end + c.launch_lat_ns + c.gap_ns, g.prev_end + c.gap_ns,
-                              sw.sw_end + c.gap_ns) AS late
-    FROM g_gpu_t AS g
-    JOIN g_const AS c ON c.rank = g.rank AND c.device = g.device
-    LEFT JOIN sw ON sw.rank = g.rank AND sw.task = g.task
+WITH r AS (
+    SELECT DISTINCT rank FROM tasks
+), by_cause AS (
+    SELECT rank, cause, sum(wait_ns) AS wait_ns FROM g_ext_wait GROUP BY ALL
 )
-SELECT rank,
-       CAST(coalesce(sum(late) FILTER (WHERE late > 2 * gap_ns + 2000), 0) AS BIGINT)
-           AS unexplained_slack_ns,
-       count(*) FILTER (WHERE late > 2 * gap_ns + 2000) AS n_unexplained
-FROM k
-GROUP BY rank;
+SELECT r.rank,
+       CAST(coalesce(sum(b.wait_ns), 0) AS BIGINT) AS unexplained_slack_ns,
+       coalesce((SELECT count(*) FROM g_ext_wait AS w WHERE w.rank = r.rank), 0) AS n_unexplained,
+       arg_max(b.cause, b.wait_ns) AS wait_cause
+FROM r
+LEFT JOIN by_cause AS b ON b.rank = r.rank
+GROUP BY r.rank;

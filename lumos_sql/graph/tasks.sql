@@ -218,7 +218,10 @@ SELECT
     coalesce(l.launch_task, -1) AS launch_src,
     coalesce(m.correlation, m.launch_corr) AS correlation,
     m.gap_ns,
-    m.origin_ns
+    m.origin_ns,
+    -- a GPU task's measured external wait and its cause: filled in by graph/waits
+    0::BIGINT AS ext_wait_ns,
+    NULL::VARCHAR AS wait_cause
 FROM m
 LEFT JOIN launch AS l ON l.rank = m.rank AND l.gpu_task = m.task
 ORDER BY m.rank, m.task;

@@ -7,7 +7,9 @@
 -- last task of the thread ending inside the step, likewise. So the profiler's own CPU overhead
 -- around the step's first and last op stays as traced, and everything between is replayed.
 -- The GPU span of a step is over the GPU tasks whose launch call started in the step (period
--- window), as in `iterations`.
+-- window), as in `iterations`. `ext_wait_ns`: how long the replay's GPU tasks of the step sat in
+-- measured external waits (graph/waits; the union over streams, from the replayed step start);
+-- `ext_wait_share` is that over the row's measured value.
 CREATE OR REPLACE TEMP TABLE g_iter_rel AS
 SELECT i.*, o.origin_ns,
        i.cpu_start_ns - o.origin_ns AS s_rel,
@@ -53,6 +55,26 @@ WITH first_t AS (
     FROM gpu_step AS s
     JOIN g_sched AS g ON g.rank = s.rank AND g.task = s.task
     GROUP BY ALL
+), ext_iv AS (
+    -- the external waits (tasks.ext_wait_ns) of the step's GPU tasks as intervals before their
+    -- replayed starts, from the replayed step start on; merged below so that two streams held
+    -- at once count once
+    SELECT s.rank, s.step, g.mode, greatest(g.start_ns - t.ext_wait_ns, r.r_start) AS lo,
+           g.start_ns AS hi
+    FROM gpu_step AS s
+    JOIN tasks AS t ON t.rank = s.rank AND t.task = s.task AND t.ext_wait_ns > 0
+    JOIN g_sched AS g ON g.rank = s.rank AND g.task = s.task
+    JOIN rep AS r ON r.rank = s.rank AND r.step = s.step AND r.mode = g.mode
+), ext_isl AS (
+    SELECT *, sum(CASE WHEN prev_hi IS NULL OR lo > prev_hi THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY rank, step, mode ORDER BY lo, hi) AS island
+    FROM (SELECT *, max(hi) OVER (PARTITION BY rank, step, mode ORDER BY lo, hi
+                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_hi
+          FROM ext_iv WHERE hi > lo)
+), ext AS (
+    SELECT rank, step, mode, CAST(sum(span) AS BIGINT) AS ext_wait_ns
+    FROM (SELECT rank, step, mode, island, max(hi) - min(lo) AS span FROM ext_isl GROUP BY ALL)
+    GROUP BY ALL
 ), joined AS (
     SELECT i.job, i.rank, i.step, r.mode, i.warmup, i.truncated,
            i.cpu_step_ns, r.r_end - r.r_start AS r_cpu,
@@ -61,22 +83,26 @@ WITH first_t AS (
            -- (a zero-length ProfilerStep) is not replayed, and the period would span two steps
            CASE WHEN lead(i.step) OVER w = i.step + 1 THEN lead(r.r_start) OVER w - r.r_start
            END AS r_period,
-           i.gpu_span_ns, rg.r_gpu
+           i.gpu_span_ns, rg.r_gpu, coalesce(x.ext_wait_ns, 0) AS ext_wait_ns
     FROM g_iter_rel AS i
     JOIN rep AS r ON r.rank = i.rank AND r.step = i.step
     LEFT JOIN rep_gpu AS rg ON rg.rank = i.rank AND rg.step = i.step AND rg.mode = r.mode
+    LEFT JOIN ext AS x ON x.rank = i.rank AND x.step = i.step AND x.mode = r.mode
     WINDOW w AS (PARTITION BY i.rank, r.mode ORDER BY i.step)
 ), long AS (
-    SELECT job, rank, step, mode, warmup, truncated, 'cpu_step' AS metric,
+    SELECT job, rank, step, mode, warmup, truncated, ext_wait_ns, 'cpu_step' AS metric,
            cpu_step_ns AS measured_ns, r_cpu AS replayed_ns FROM joined
     UNION ALL
-    SELECT job, rank, step, mode, warmup, truncated, 'period', period_ns, r_period FROM joined
+    SELECT job, rank, step, mode, warmup, truncated, ext_wait_ns, 'period', period_ns, r_period
+    FROM joined
     UNION ALL
-    SELECT job, rank, step, mode, warmup, truncated, 'gpu_span', gpu_span_ns, r_gpu FROM joined
+    SELECT job, rank, step, mode, warmup, truncated, ext_wait_ns, 'gpu_span', gpu_span_ns, r_gpu
+    FROM joined
 )
 SELECT job, rank, step, metric, measured_ns, replayed_ns,
        abs(replayed_ns - measured_ns) / measured_ns::DOUBLE AS rel_error,
-       mode, warmup, truncated
+       mode, warmup, truncated, ext_wait_ns,
+       ext_wait_ns / measured_ns::DOUBLE AS ext_wait_share
 FROM long
 WHERE measured_ns IS NOT NULL AND measured_ns > 0 AND replayed_ns IS NOT NULL
 ORDER BY job, rank, step, metric, mode;

@@ -1,0 +1,206 @@
+"""Measured external waits (issue 35) on real traces: jobs traced on a few of their ranks.
+
+A GPU task that starts later than every edge of its graph explains keeps that delay as a measured
+wait in the model replay (lumos_sql/graph/waits.sql), attributed to a cause. Traces: one rank of
+the 8-rank DLRM job ingested alone and the whole job beside it; HTA's `sampled_rank-0`, rank 0 of
+a 128-rank A100 recommendation job whose NCCL SendRecv and fbgemm kernels start 50-65 ms after
+their launch on idle streams (the issue's symptom); a one-GPU H100 run as an estimate's base.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from lumos.replay.bounds import MAX_BOUND, MEDIAN_BOUND
+from lumos.replay.collectives import build_collectives
+from lumos.replay.run import replay_job
+from warehouse.catalog import connect
+from warehouse.ingest import ingest
+
+DLRM = "param/dlrm_8rank/kineto"
+SAMPLED = "hta/trace_filter/sampled_rank-0.json.gz"
+# how late after its launch call returned a kernel of `sampled_rank-0` must start to count as
+# held (`_late_kernels` reads them from the file): far beyond any launch latency
+LATE_NCCL_MS = 40.0
+
+
+@pytest.fixture(scope="module")
+def wh(shared_traces: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    root = tmp_path_factory.mktemp("waits")
+    one = root / "dlrm_r0"
+    one.mkdir()
+    rank0 = next((shared_traces / DLRM).glob("worker0_*.json.gz"))
+    shutil.copy(rank0, one / rank0.name)
+    w = root / "wh"
+    ingest([one], warehouse=w, job="dlrm_r0", build_catalog=False)
+    ingest([shared_traces / DLRM], warehouse=w, job="dlrm", build_catalog=False)
+    ingest([shared_traces / SAMPLED], warehouse=w, job="sampled")
+    con = connect(str(w / "lumos.duckdb"), read_only=True)
+    yield w, con
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def replays(wh):  # noqa: ANN001, ANN201
+    w, con = wh
+    out = {}
+    for job in ("dlrm_r0", "sampled"):
+        out[job] = replay_job(con, job)
+    out["dlrm"] = replay_job(con, "dlrm", collectives=build_collectives(w, "dlrm", write=False))
+    return out
+
+
+def _quality(res, mode: str = "model") -> list[dict]:  # noqa: ANN001
+    return [r for r in res.tables["replay_quality"].to_pylist() if r["mode"] == mode]
+
+
+def _late_kernels(path: Path) -> dict[int, tuple[str, float]]:
+    """From the trace file itself: kernels (by correlation) that start more than LATE_NCCL_MS
+    after their launch call ends, with their name and delay (ms)."""
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    x = [e for e in events if e.get("ph") == "X" and "ts" in e]
+    launch_end = {
+        e["args"]["correlation"]: float(e["ts"]) + float(e.get("dur", 0))
+        for e in x
+        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
+    out = {}
+    for e in x:
+        corr = e.get("args", {}).get("correlation")
+        if e.get("cat") == "kernel" and corr in launch_end:
+            if float(e["ts"]) - launch_end[corr] > LATE_NCCL_MS * 1e3:
+                out[corr] = (e["name"], (float(e["ts"]) - launch_end[corr]) / 1e3)
+    return out
+
+
+def test_one_rank_of_dlrm_replays_within_bounds_with_its_waits_reported(replays):
+    q = _quality(replays["dlrm_r0"])
+    assert {r["metric"] for r in q} == {"cpu_step", "gpu_span"}
+    for r in q:
+        assert r["median_rel_error"] <= MEDIAN_BOUND and r["max_rel_error"] <= MAX_BOUND, r
+        # reported, and the trace holds a GPU task no edge explains
+        assert r["ext_wait_share"] is not None and r["ext_wait_share"] > 0, r
+        assert r["n_unexplained"] > 0 and r["wait_cause"] is not None
+
+
+def test_the_whole_dlrm_job_is_unchanged_by_its_own_rank_alone(replays):
+    """Rank 0's model replay is the same graph whether its peers are ingested or not; the whole
+    job's collectives are matched on all 8 ranks, so none waits on peers not traced."""
+    one = replays["dlrm_r0"].tables["schedules"]
+    full = replays["dlrm"].tables["schedules"]
+
+    def model_r0(s: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        m = np.asarray(s.column("mode").to_pylist()) == "model"
+        m &= s.column("rank").to_numpy() == 0
+        return s.column("start_ns").to_numpy()[m], s.column("end_ns").to_numpy()[m]
+
+    a, b = model_r0(one), model_r0(full)
+    assert a[0].size == b[0].size > 0
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    causes = set(replays["dlrm"].tables["tasks"].column("wait_cause").drop_null().to_pylist())
+    assert "peers_not_traced" not in causes
+    for mode in ("model", "multirank"):
+        for r in _quality(replays["dlrm"], mode):
+            assert r["median_rel_error"] <= MEDIAN_BOUND and r["max_rel_error"] <= MAX_BOUND, r
+
+
+def test_kernels_started_long_after_launch_keep_their_wait(replays, shared_traces: Path):
+    """The issue's symptom: on rank 0 of 128, NCCL SendRecv kernels start 50-62 ms after their
+    launch on an idle stream. The model replay starts them at their traced start (it started
+    them at launch, up to 62 ms early, before), and names their cause."""
+    late = _late_kernels(shared_traces / SAMPLED)
+    nccl = {c: v for c, v in late.items() if v[0].startswith("ncclKernel_SendRecv")}
+    assert len(nccl) >= 4, late
+    res = replays["sampled"]
+    t = res.tables["tasks"]
+    s = res.tables["schedules"]
+    model = np.asarray(s.column("mode").to_pylist()) == "model"
+    task_ids = s.column("task").to_numpy()[model]
+    start = dict(zip(task_ids, s.column("start_ns").to_numpy()[model], strict=True))
+    corr = t.column("correlation").to_pylist()
+    gpu = t.column("is_gpu").to_pylist()
+    traced = t.column("ts_ns").to_numpy()
+    cause = t.column("wait_cause").to_pylist()
+    checked = 0
+    for task, (c, g) in enumerate(zip(corr, gpu, strict=True)):
+        if g and c in nccl:
+            assert cause[task] == "peers_not_traced", (task, nccl[c])
+            # within 1 ms of its traced start (not 50-62 ms before it)
+            assert abs(start[task] - traced[task]) < 1_000_000, (task, nccl[c])
+            checked += 1
+    assert checked == len(nccl)
+    for r in _quality(res):
+        assert r["median_rel_error"] <= MEDIAN_BOUND and r["max_rel_error"] <= MAX_BOUND, r
+        # a GPU idle most of the step: more than a third of it in waits no edge explains
+        assert r["ext_wait_share"] > 1 / 3, r
+
+
+def test_an_estimate_of_another_configuration_keeps_the_waits(gpu_runs: Path, tmp_path: Path):
+    """A one-GPU H100 run as the base, with a 5 ms external wait measured before one of its
+    layers' kernels (as a one-rank job of a bigger run would carry): the base configuration's
+    estimate grows by the wait (the step is GPU-bound there), and doubling the layers, which
+    repeats that layer's kernels, keeps it in each copy."""
+    from lumos.api import Warehouse
+    from lumos.estimate.gpu_estimate import GpuModel
+    from lumos.estimate.gpu_step import load_gpu_step
+    from lumos.estimate.infer import infer_base
+
+    wh = Warehouse.open(tmp_path / "wh", create=True)
+    wh.ingest([gpu_runs / "llama_base"], job="llama_base")
+    step = load_gpu_step(wh, "llama_base")
+    cfg = infer_base(wh, "llama_base").config
+    waits = np.asarray(step.tasks.column("ext_wait_ns").fill_null(0).to_numpy(), np.int64)
+    assert not waits.any()  # a clean one-GPU capture: nothing waits
+    in_layer = np.flatnonzero(step.is_gpu & (step.layer >= 0))
+    waits = waits.copy()
+    waits[in_layer[in_layer.size // 2]] = 5_000_000
+    i = step.tasks.schema.get_field_index("ext_wait_ns")
+    waited = replace(
+        step, tasks=step.tasks.set_column(i, step.tasks.schema.field(i), pa.array(waits))
+    )
+    twice = replace(cfg, layers=2 * cfg.layers)
+    plain = GpuModel(step, cfg).predict([cfg, twice])
+    held = GpuModel(waited, cfg).predict([cfg, twice])
+    assert held[0] - plain[0] == pytest.approx(5_000_000, rel=0.05)
+    assert held[1] - plain[1] == pytest.approx(10_000_000, rel=0.05)
+
+
+def test_replay_status_and_the_check_say_the_waits(
+    shared_traces: Path, tmp_path: Path, replays
+) -> None:  # noqa: ANN001
+    """`lumos replay` prints each rank's external-wait share and names the job whose waits take
+    more of a step than the median bound, with their cause; `lumos status` shows the share and
+    whether the model replay is within the bounds; the Dagster check's reason names the cause."""
+    from cli_run import lumos
+
+    from pipelines.checks_replay import likely_cause
+
+    wh = str(tmp_path / "wh")
+    assert (
+        lumos("ingest", str(shared_traces / SAMPLED), "--job", "s0", "--warehouse", wh).returncode
+        == 0
+    )
+    res = lumos("replay", "--warehouse", wh, "--no-explain")
+    assert res.returncode == 0, res.stderr
+    header, *rows = [ln for ln in res.stdout.splitlines() if ln.startswith(("job", "s0"))]
+    assert header.rstrip().endswith("ext wait %"), header
+    shares = [float(r.split()[-1]) for r in rows]
+    assert shares and all(s > 100 / 3 for s in shares), res.stdout
+    line = next(ln for ln in res.stderr.splitlines() if ln.startswith("lumos replay: job 's0'"))
+    assert "external waits" in line and "unknown" in line, line
+    status = lumos("status", "--warehouse", wh)
+    assert status.returncode == 0, status.stderr
+    (s0,) = [ln for ln in status.stdout.splitlines() if ln.lstrip().startswith("s0 ")]
+    assert "unknown" in s0 and s0.rstrip().endswith("ok"), status.stdout
+    row = next(r for r in _quality(replays["sampled"]) if r["metric"] == "cpu_step")
+    assert "unknown" in likely_cause(row, 0) and "external waits" in likely_cause(row, 0)
