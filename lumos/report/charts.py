@@ -396,11 +396,10 @@ def worst_jobs_chart(errors: pd.DataFrame, top: int = 30) -> Figure:
 def estimates_chart(estimates: pd.DataFrame) -> Figure:
     """Each estimate of a configuration a real job ran: its error against the job's measured
     step, over the time it was made."""
-    e = estimates.assign(
-        t=estimates["created_at"].astype("int64") // 1_000_000
-        if str(estimates["created_at"].dtype).startswith("datetime64[ns")
-        else estimates["created_at"].map(lambda x: int(x.timestamp() * 1000))
-    )
+    import pandas as pd
+
+    stamps = pd.to_datetime(estimates["created_at"], utc=True).dt.tz_convert(None)
+    e = estimates.assign(t=stamps.astype("datetime64[ms]").astype("int64"))  # epoch ms
     cols = {
         "t": "number", "measured_job": "string", "predicted_ms": "number",
         "measured_ms": "number", "error_pct": "number",
