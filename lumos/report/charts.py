@@ -404,8 +404,13 @@ def estimates_chart(estimates: pd.DataFrame) -> Figure:
         "t": "number", "measured_job": "string", "predicted_ms": "number",
         "measured_ms": "number", "error_pct": "number",
     }  # fmt: skip
-    many = e["measured_job"].nunique() > 20
-    color = alt.Color("measured_job:N", title="job", legend=None if many else alt.Legend())
+    # a colour per job only while a legend can name them (1,000 jobs: one colour, and a
+    # colour scale Vega need not build over every point)
+    color = (
+        alt.Color("measured_job:N", title="job")
+        if e["measured_job"].nunique() <= 20
+        else alt.value("#4c78a8")
+    )
     points = (
         alt.Chart(_data(e, cols))
         .mark_circle(size=14 if len(e) > CANVAS_ROWS else 40, opacity=0.6)
