@@ -357,9 +357,9 @@ def error_hist_chart(errors: pd.DataFrame) -> Figure:
                 title="median replay error of the worst rank (%, log scale)",
                 axis=alt.Axis(labelExpr="format(pow(10, datum.value), '.2~g') + '%'"),
             ),
-            y=alt.Y("count():Q", title="jobs"),
+            y=alt.Y("count():Q", title="jobs × metrics"),
             color=alt.Color("metric:N", title=""),
-            tooltip=[alt.Tooltip("metric:N"), alt.Tooltip("count():Q", title="jobs")],
+            tooltip=[alt.Tooltip("metric:N"), alt.Tooltip("count():Q", title="jobs × metrics")],
         )
         .properties(width=560, height=220)
     )

@@ -60,7 +60,8 @@ def javascript_bundle() -> str:
 
 
 STYLE = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1180px; color: #222; }
+body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; padding: 0 16px;
+max-width: 1180px; color: #222; }
 h1 { font-size: 22px; margin-bottom: 2px; } h2 { font-size: 18px; margin-top: 34px;
 border-bottom: 1px solid #ddd; padding-bottom: 4px; } .sub { color: #666; }
 .fig { margin: 12px 0 20px; } .fig-title { font-weight: 600; margin: 8px 0 4px; }

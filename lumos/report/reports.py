@@ -172,9 +172,9 @@ def fleet_report(data: FleetData, warehouse: Path) -> Report:
                                 r.n_ranks,
                                 r.n_steps,
                             ]
-                            for r in worst.head(50).itertuples()
+                            for r in worst.head(25).itertuples()
                         ],  # fmt: skip
-                        "The 50 worst jobs",
+                        "The 25 worst jobs",
                     )
                 ],
             )
