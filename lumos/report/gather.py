@@ -13,7 +13,7 @@ import lumos_sql
 if TYPE_CHECKING:
     import pandas as pd
 
-    from lumos.api import Warehouse
+    from warehouse.handle import WarehouseHandle as Warehouse
 
 MAX_SWEEPS = 4  # the newest sweeps of a job shown, one chart each
 TOP_TASKS = 15
