@@ -30,50 +30,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
-def _default_out(args: argparse.Namespace) -> Path:
-    if args.fleet:
-        return Path("report-fleet.html")
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in args.job)
-    return Path(f"report-{safe}.html")
-
-
 def _run(args: argparse.Namespace) -> int:
     from lumos.api import Warehouse, WarehouseNotFound
-    from lumos.report.gather import ReportError, gather_fleet, gather_job
-    from lumos.report.page import write_html, write_pngs
-    from lumos.report.perfetto import write_exports
-    from lumos.report.reports import fleet_report, job_report
+    from lumos.report.files import safe_name, write_fleet_report, write_job_report
+    from lumos.report.gather import ReportError
 
-    out = Path(args.out) if args.out else _default_out(args)
+    name = "fleet" if args.fleet else safe_name(args.job)
+    out = Path(args.out) if args.out else Path(f"report-{name}.html")
     if out.suffix.lower() not in (".html", ".htm"):
         print(f"lumos report: --out {out}: the report is HTML, name it *.html", file=sys.stderr)
         return 2
     try:
         wh = Warehouse.open(args.warehouse)
         if args.fleet:
-            report = fleet_report(gather_fleet(wh), wh.root)
+            files = write_fleet_report(wh, out, png_dir=args.png)
         else:
-            data = gather_job(wh, args.job)
-            exports: dict = {}
-            if not args.no_perfetto and not data.step_list.empty:
-                steps = [
-                    (int(r), int(s))
-                    for r, s in zip(data.step_list["rank"], data.step_list["step"], strict=True)
-                ]
-                folder = out.with_name(out.stem + "_perfetto")
-                exports, note = write_exports(wh.root, args.job, steps, folder)
-                if note:
-                    data.notes.append(note)
-            report = job_report(data, wh.root, exports, out.parent)
+            perfetto = not args.no_perfetto
+            files = write_job_report(wh, args.job, out, png_dir=args.png, perfetto=perfetto)
     except (WarehouseNotFound, ReportError) as exc:
         print(f"lumos report: {exc}", file=sys.stderr)
         return 2
-    path = write_html(report, out)
-    size = path.stat().st_size
-    print(f"wrote {path} ({size / 1e6:.2f} MB, {len(report.figures)} figures)")
-    for note in report.notes:
+    size = files.html.stat().st_size
+    print(f"wrote {files.html} ({size / 1e6:.2f} MB, {files.figures} figures)")
+    for note in files.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.png:
-        pngs = write_pngs(report, args.png)
-        print(f"wrote {len(pngs)} PNG files to {args.png}")
+        print(f"wrote {len(files.pngs)} PNG files to {args.png}")
     return 0

@@ -146,18 +146,20 @@ def write_html(report: Report, out: str | os.PathLike[str]) -> Path:
     return path
 
 
-def write_pngs(report: Report, folder: str | os.PathLike[str], scale: float = 1.5) -> list[Path]:
-    """Every figure as `<folder>/<name>.png` (vl-convert renders Vega without a browser)."""
+def write_png(figure: Figure, path: str | os.PathLike[str], scale: float = 1.5) -> Path:
+    """One figure as PNG (vl-convert renders Vega without a browser)."""
     import vl_convert
 
+    out = Path(path)
+    out.write_bytes(vl_convert.vegalite_to_png(figure.spec(), scale=scale))
+    return out
+
+
+def write_pngs(report: Report, folder: str | os.PathLike[str], scale: float = 1.5) -> list[Path]:
+    """Every figure as `<folder>/<name>.png`."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for f in report.figures:
-        path = out / f"{f.name}.png"
-        path.write_bytes(vl_convert.vegalite_to_png(f.spec(), scale=scale))
-        paths.append(path)
-    return paths
+    return [write_png(f, out / f"{f.name}.png", scale) for f in report.figures]
 
 
 def generated_line(what: str, warehouse: Path) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 from lumos.report import charts
 from lumos.report.gather import FleetData, JobData
@@ -90,7 +91,7 @@ def job_report(
     if perfetto:
         base = Path(relative_to) if relative_to else None
         rows = [
-            [r, s, Link(p.name, os.path.relpath(p, base) if base else str(p))]
+            [r, s, Link(p.name, quote(os.path.relpath(p, base) if base else str(p)))]
             for (r, s), p in sorted(perfetto.items())
         ]
         sections.append(
