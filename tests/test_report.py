@@ -249,3 +249,17 @@ def test_a_1000_job_fleet_stays_under_10_mb(browser, tmp_path):
     assert set(seen["figures"]) == FLEET_FIGURES
     assert seen["marks"]["estimates"] >= 100_000
     seen["page"].close()
+
+
+def test_a_job_not_yet_replayed_says_so(examples, browser, tmp_path):
+    """Only what the warehouse holds is drawn (the configuration), and the page says what is
+    missing and which command makes it."""
+    wh = tmp_path / "wh"
+    assert main(["ingest", str(examples / "gpt_cpu"), "--warehouse", str(wh), "-q"]) == 0
+    out = _report(wh, tmp_path / "gpt.html", "--job", "gpt_cpu")
+    seen = _open(browser, out)
+    assert seen["errors"] == [] and seen["figures"] == ["memory"]
+    text = out.read_text()
+    assert "job &#x27;gpt_cpu&#x27; has no replay yet: run `lumos replay --job gpt_cpu`" in text
+    assert "no sweep of job &#x27;gpt_cpu&#x27; yet" in text
+    seen["page"].close()

@@ -78,36 +78,31 @@ def gather_job(wh: Warehouse, job: str) -> JobData:
     if job not in jobs:
         shown = ", ".join(jobs[:10]) + (", ..." if len(jobs) > 10 else "")
         raise ReportError(f"{wh.root}: no job {job!r} in this warehouse (jobs: {shown or 'none'})")
-    notes: list[str] = []
     p = {"job": job}
 
-    def q(needs: tuple[str, ...], name: str, why: str, **extra: object) -> pd.DataFrame:
+    def q(needs: tuple[str, ...], name: str, **extra: object) -> pd.DataFrame:
         df = _query(wh, views, needs, name, **p, **extra)
-        if df is None:
-            notes.append(why)
-            return _empty()
-        return df
+        return _empty() if df is None else df
 
-    not_replayed = f"job {job!r} has no replay yet: run `lumos replay --job {job}`"
-    steps = q(("iteration_replay",), "job_steps", not_replayed)
     data = JobData(
         job=job,
-        steps=steps,
-        breakdown=q(("breakdown",), "job_breakdown", "no breakdown: the replay was not explained"),
-        waits=q(("iterations", "collectives"), "job_waits", "no matched collectives"),
-        critical=q(("critical_path_summary",), "job_critical", "no critical path"),
-        top_kernels=q(("critical_path", "tasks"), "job_top_tasks", "", gpu=True, limit=TOP_TASKS),
-        top_cpu=q(("critical_path", "tasks"), "job_top_tasks", "", gpu=False, limit=TOP_TASKS),
-        step_list=q(("iteration_replay",), "job_step_list", ""),
-        sweeps=q(
-            ("estimates", "job_configs"),
-            "job_sweeps",
-            f"no sweep of job {job!r} yet: run `lumos sweep --job {job} --grid FILE.yaml`",
-            max_sweeps=MAX_SWEEPS,
-        ),
-        notes=[n for n in dict.fromkeys(notes) if n],
+        steps=q(("iteration_replay",), "job_steps"),
+        breakdown=q(("breakdown",), "job_breakdown"),
+        waits=q(("iterations", "collectives"), "job_waits"),
+        critical=q(("critical_path_summary",), "job_critical"),
+        top_kernels=q(("critical_path", "tasks"), "job_top_tasks", gpu=True, limit=TOP_TASKS),
+        top_cpu=q(("critical_path", "tasks"), "job_top_tasks", gpu=False, limit=TOP_TASKS),
+        step_list=q(("iteration_replay",), "job_step_list"),
+        sweeps=q(("estimates", "job_configs"), "job_sweeps", max_sweeps=MAX_SWEEPS),
     )
-    if "estimates" in views and data.sweeps.empty:
+    run = q(("replay_runs",), "job_replay_run")
+    if not run.empty and run["status"].iloc[0] == "failed":
+        data.notes.append(f"the latest replay of job {job!r} failed: {run['error'].iloc[0]}")
+    elif data.steps.empty:
+        data.notes.append(f"job {job!r} has no replay yet: run `lumos replay --job {job}`")
+    elif data.breakdown.empty:
+        data.notes.append(f"job {job!r} was replayed without explanations (`--no-explain`)")
+    if data.sweeps.empty:
         data.notes.append(f"no sweep of job {job!r} yet: run `lumos sweep --job {job} ...`")
     data.config, data.memory, why = _configuration(wh, job)
     if why:
