@@ -263,3 +263,31 @@ def test_a_job_not_yet_replayed_says_so(examples, browser, tmp_path):
     assert "job &#x27;gpt_cpu&#x27; has no replay yet: run `lumos replay --job gpt_cpu`" in text
     assert "no sweep of job &#x27;gpt_cpu&#x27; yet" in text
     seen["page"].close()
+
+
+def test_a_job_of_many_ranks_and_steps_stays_on_a_page(browser, tmp_path):
+    """64 ranks × 50 steps (synthetic rows): the steps become points and the breakdown the mean
+    over ranks, so neither figure grows a band per rank and step."""
+    import pandas as pd
+
+    from lumos.report.charts import breakdown_chart, steps_chart
+    from lumos.report.page import Report, Section, write_html
+
+    keys = pd.DataFrame([(r, s) for r in range(64) for s in range(50)], columns=["rank", "step"])
+    flags = {"warmup": False, "truncated": False}
+    steps = keys.assign(metric="gpu_span", mode="model", measured_ms=100.0, **flags)
+    steps = steps.assign(replayed_ms=99.0 + keys["rank"] / 64, error_pct=1.0)
+    parts = {"exposed_compute_ms": 60.0, "overlapped_ms": 10.0, "exposed_comm_ms": 20.0}
+    bd = pd.concat([keys.assign(mode=m) for m in ("measured", "model")], ignore_index=True)
+    bd = bd.assign(span_ms=100.0, idle_ms=10.0, **parts, **flags)
+    figs = [steps_chart(steps), breakdown_chart(bd, pd.DataFrame())]
+    out = write_html(Report("many", "", [Section("s", "", figs)]), tmp_path / "many.html")
+    seen = _open(browser, out)
+    assert seen["errors"] == []
+    # every (rank, step) twice (measured, model); 50 steps × 2 modes × 4 stacked components
+    assert seen["marks"] == {"steps": 2 * 64 * 50, "breakdown": 50 * 2 * 4}
+    width = seen["page"].evaluate(
+        "Math.max(...Object.values(window.lumosViews).map(v => v.width()))"
+    )
+    assert width <= 1200
+    seen["page"].close()

@@ -29,6 +29,15 @@ CONFIG_KEYS = (
 )  # fmt: skip
 
 
+MAX_BANDS = 150  # bands (rank, step) a bar chart draws; more: points, or the mean over ranks
+
+
+def _band(n: int) -> int:
+    """Pixels per bar of a chart of `n` bars side by side (with an x offset, Vega-Lite's step
+    is the offset's): wide for a few, at least 3 for many."""
+    return max(3, min(16, 860 // max(n, 1)))  # ~1,100 px with the bands' padding
+
+
 @dataclass
 class Figure:
     """One chart of a report: `name` is its file stem (PNG) and element id (HTML)."""
@@ -87,12 +96,20 @@ def steps_chart(steps: pd.DataFrame) -> Figure:
         "series": "string", "ms": "number", "error_pct": "number", "flags": "string",
     }  # fmt: skip
     series = [k for k in SERIES_COLORS if k in set(long["series"])]
+    many = len(order) > MAX_BANDS
+    base = alt.Chart(_data(long, cols))
+    if many:  # every rank a point per step: one band per rank and step would not fit a page
+        base = base.mark_point(filled=True, size=16, opacity=0.7)
+        x: dict[str, Any] = {"x": alt.X("step:Q", title="step (every rank a point)")}
+    else:
+        base = base.mark_bar()
+        x = {
+            "x": alt.X("label:N", sort=order, title="rank, step"),
+            "xOffset": alt.XOffset("series:N", sort=series),
+        }
     chart = (
-        alt.Chart(_data(long, cols))
-        .mark_bar()
-        .encode(
-            x=alt.X("label:N", sort=order, title="rank, step"),
-            xOffset=alt.XOffset("series:N", sort=series),
+        base.encode(
+            **x,
             y=alt.Y("ms:Q", title="ms"),
             color=alt.Color(
                 "series:N",
@@ -109,7 +126,7 @@ def steps_chart(steps: pd.DataFrame) -> Figure:
                 alt.Tooltip("flags:N", title="step"),
             ],  # fmt: skip
         )
-        .properties(width=alt.Step(12), height=160)
+        .properties(width=640 if many else alt.Step(_band(len(order) * len(series))), height=160)
         .facet(row=alt.Row("metric:N", title=None))
         .resolve_scale(y="independent")
     )
@@ -124,6 +141,15 @@ def breakdown_chart(breakdown: pd.DataFrame, waits: pd.DataFrame) -> Figure:
         b = b.merge(waits[["rank", "step", "wait_ms"]], on=["rank", "step"], how="left")
     else:
         b = b.assign(wait_ms=float("nan"))
+    title, x_title = "Breakdown per step: measured next to the replay", "rank, step"
+    if b["label"].nunique() > MAX_BANDS:  # the mean over ranks, one band per step
+        num = ["span_ms", "wait_ms", *COMPONENTS]
+        b = b.groupby(["step", "mode"], as_index=False).agg(
+            {**{c: "mean" for c in num}, "flags": "first", "rank": "size"}
+        )
+        b["label"] = "s" + b["step"].astype(str)
+        b = b.rename(columns={"rank": "ranks"}).assign(rank=-1)
+        title, x_title = title + " (mean over ranks; rank -1)", "step"
     long = b.melt(
         id_vars=["label", "rank", "step", "mode", "span_ms", "wait_ms", "flags"],
         value_vars=list(COMPONENTS),
@@ -143,7 +169,7 @@ def breakdown_chart(breakdown: pd.DataFrame, waits: pd.DataFrame) -> Figure:
         alt.Chart(_data(long, cols))
         .mark_bar()
         .encode(
-            x=alt.X("label:N", sort=order, title="rank, step"),
+            x=alt.X("label:N", sort=order, title=x_title),
             xOffset=alt.XOffset("mode:N", sort=modes),
             y=alt.Y("sum(ms):Q", title="ms of the step's GPU span"),
             color=alt.Color(
@@ -169,9 +195,9 @@ def breakdown_chart(breakdown: pd.DataFrame, waits: pd.DataFrame) -> Figure:
                 alt.Tooltip("flags:N", title="step"),
             ],  # fmt: skip
         )
-        .properties(width=alt.Step(14), height=220)
+        .properties(width=alt.Step(_band(len(order) * len(modes))), height=220)
     )
-    return Figure("breakdown", "Breakdown per step: measured next to the replay", chart, len(long))
+    return Figure("breakdown", title, chart, len(long))
 
 
 def critical_chart(critical: pd.DataFrame) -> Figure:
