@@ -179,6 +179,7 @@ def breakdown_chart(breakdown: pd.DataFrame, waits: pd.DataFrame) -> Figure:
                     range=[v[1] for v in COMPONENTS.values()],
                 ),
                 title="",
+                legend=alt.Legend(labelLimit=280),
             ),
             order=alt.Order("order:Q"),
             opacity=alt.Opacity(
