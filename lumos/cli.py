@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "lumos.commands.describe",
     "lumos.commands.estimate",
     "lumos.commands.sweep",
+    "lumos.commands.report",
 ]
 
 

@@ -1,8 +1,8 @@
-"""Resources: where the warehouse, the inbox and the sweep grid files live.
+"""Resources: where the warehouse, the inbox, the sweep grid files and the reports live.
 
-Defaults come from `LUMOS_WAREHOUSE` / `LUMOS_INBOX` / `LUMOS_GRIDS` when the definitions are
-loaded, else `./lumos_warehouse`, `./lumos_inbox` and `./lumos_grids` relative to the working
-directory of the Dagster process.
+Defaults come from `LUMOS_WAREHOUSE` / `LUMOS_INBOX` / `LUMOS_GRIDS` / `LUMOS_REPORTS` when the
+definitions are loaded, else `./lumos_warehouse`, `./lumos_inbox` and `./lumos_grids` relative to
+the working directory of the Dagster process, and `<warehouse>/reports`.
 """
 
 from __future__ import annotations
@@ -18,21 +18,24 @@ DEFAULT_GRIDS = "lumos_grids"
 
 
 class WarehouseResource(dg.ConfigurableResource):
-    """The warehouse root (Parquet tables + `lumos.duckdb`), the inbox of incoming traces and the
-    folder of sweep grid files (`<job>.yaml`)."""
+    """The warehouse root (Parquet tables + `lumos.duckdb`), the inbox of incoming traces, the
+    folder of sweep grid files (`<job>.yaml`) and the folder the assets write their HTML reports
+    to (empty: `<warehouse>/reports`)."""
 
     warehouse: str = DEFAULT_WAREHOUSE
     inbox: str = DEFAULT_INBOX
     grids: str = DEFAULT_GRIDS
+    reports: str = ""
 
     @classmethod
     def from_env(cls) -> WarehouseResource:
-        """The resource configured from `LUMOS_WAREHOUSE` / `LUMOS_INBOX` / `LUMOS_GRIDS` (or the
-        defaults)."""
+        """The resource configured from `LUMOS_WAREHOUSE` / `LUMOS_INBOX` / `LUMOS_GRIDS` /
+        `LUMOS_REPORTS` (or the defaults)."""
         return cls(
             warehouse=os.environ.get("LUMOS_WAREHOUSE") or DEFAULT_WAREHOUSE,
             inbox=os.environ.get("LUMOS_INBOX") or DEFAULT_INBOX,
             grids=os.environ.get("LUMOS_GRIDS") or DEFAULT_GRIDS,
+            reports=os.environ.get("LUMOS_REPORTS") or "",
         )
 
     @property
@@ -46,3 +49,9 @@ class WarehouseResource(dg.ConfigurableResource):
     @property
     def grids_path(self) -> Path:
         return Path(self.grids).expanduser().resolve()
+
+    @property
+    def reports_path(self) -> Path:
+        if self.reports:
+            return Path(self.reports).expanduser().resolve()
+        return self.warehouse_path / "reports"

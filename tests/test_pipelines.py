@@ -10,6 +10,7 @@ with the standard `json` module, and from enumerating the grid files' points in 
 
 from __future__ import annotations
 
+import base64
 import gzip
 import io
 import itertools
@@ -348,10 +349,21 @@ def test_replay_asset_and_its_accuracy_check_on_a_real_job(
     assert result.success
     (mat,) = result.asset_materializations_for_node("job_replay")
     assert mat.metadata["ranks"].value == 8
+    _assert_report(mat, warehouse_dir / "reports" / "dlrm_8rank.html")
     check = _checks(result)["replay_accuracy"]
     assert check.severity == dg.AssetCheckSeverity.WARN
     assert check.metadata["metrics_checked"].value == 16  # 8 ranks x (cpu_step, gpu_span)
     assert check.passed, check.description
+
+
+def _assert_report(mat: dg.AssetMaterialization, html: Path) -> None:
+    """The materialisation names the job's HTML report and shows a PNG preview of it."""
+    assert mat.metadata["report"].value == str(html) and html.is_file()
+    preview = mat.metadata["preview"].value
+    prefix = "](data:image/png;base64,"
+    assert prefix in preview
+    png = base64.b64decode(preview.split(prefix, 1)[1].rstrip(")"))
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and html.with_suffix(".png").read_bytes() == png
 
 
 def _failure(result: dg.ExecuteInProcessResult) -> str:
@@ -383,6 +395,7 @@ def test_sweep_asset_runs_every_grid_file_and_names_a_bad_one(
     (mat,) = result.asset_materializations_for_node("grid_sweeps")
     meta = {k: v.value for k, v in mat.metadata.items()}
     assert meta["grids"] == 1
+    _assert_report(mat, warehouse_dir / "reports" / "gpt_cpu.html")
     assert meta["configs"] == 6  # 2 x 2 x 2 points minus (dp 2, pp 2) at both layer counts
     assert meta["best_job"] == "gpt_cpu"
     assert meta["seconds"] > 0

@@ -6,7 +6,9 @@ asset then gives them views. All the work is `lumos.replay.fleet.replay_one`, th
 function `lumos replay` calls per job (which also records the run in `replay_runs`). Dagster
 decides when a partition runs, so the asset replays even when the stored replay is current. A
 partition is a job of the inbox: the later profiling windows its files made (`<job>/steps-N`,
-warehouse/windows.py) are replayed in the same step.
+warehouse/windows.py) are replayed in the same step. The job's HTML report (`lumos report
+--job`, without Perfetto exports) is written to the resource's reports folder; its path and its
+breakdown figure are the materialisation's `report` and `preview`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the parameter annotations at runtime.
@@ -28,6 +30,9 @@ from pipelines.resources import WarehouseResource
 )
 def job_replay(context: dg.AssetExecutionContext, lumos: WarehouseResource) -> dg.MaterializeResult:
     from lumos.replay.fleet import replay_fleet
+    from lumos.report.files import safe_name, write_job_report
+    from pipelines.report_metadata import report_metadata
+    from warehouse.handle import WarehouseHandle
 
     job = context.partition_key
     # the partition's later profiling windows (`<job>/steps-N`) came with its files: replay them too
@@ -39,8 +44,18 @@ def job_replay(context: dg.AssetExecutionContext, lumos: WarehouseResource) -> d
     quality = [q for o in report.outcomes for q in o.quality.to_pylist()]
     model = [q for q in quality if q["mode"] == "model" and q["median_rel_error"] is not None]
     worst = max((q["max_rel_error"] for q in model), default=None)
+    # the catalog gains the views of tables this replay wrote first (a warehouse's first replay)
+    files = write_job_report(
+        WarehouseHandle.open(lumos.warehouse_path),
+        job,
+        lumos.reports_path / f"{safe_name(job)}.html",
+        perfetto=False,
+        preview=("breakdown", "steps"),
+    )
+    context.log.info(f"report written to {files.html}")
     return dg.MaterializeResult(
         metadata={
+            **report_metadata(files),
             "jobs": dg.MetadataValue.text(", ".join(o.job for o in report.outcomes)),
             "ranks": len({(q["job"], q["rank"]) for q in quality}),
             "metrics": len(model),

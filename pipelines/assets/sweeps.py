@@ -7,7 +7,9 @@ functions `lumos sweep` calls; each file's best is ranked as `lumos sweep` ranks
 `order:`, tokens per second by default, those that do not fit last), and the best of all files
 the same way (by tokens per second unless every file asks for one other order). A bad grid file,
 or one naming a job the warehouse does not hold, fails the run with a message naming the file;
-nothing of a failing run's later files is written.
+nothing of a failing run's later files is written. Each swept job's HTML report (`lumos report
+--job`, without Perfetto exports) is written to the resource's reports folder; the best job's is
+the materialisation's `report`, its newest sweep's figure the `preview`.
 """
 
 # No `from __future__ import annotations`: Dagster reads the parameter annotations at runtime.
@@ -31,7 +33,10 @@ def grid_sweeps(
     context: dg.AssetExecutionContext, lumos: WarehouseResource
 ) -> dg.MaterializeResult:
     from lumos.estimate.sweep import DEFAULT_ORDER, GridError, load_grid, rank_rows
+    from lumos.report.files import safe_name, write_job_report
+    from pipelines.report_metadata import report_metadata
     from pipelines.sweep_grids import SweepFileError, grid_files, sweep_grid_file
+    from warehouse.handle import WarehouseHandle
 
     started = time.perf_counter()
     try:
@@ -54,11 +59,23 @@ def grid_sweeps(
     )
     for s in sweeps:
         context.log.info(f"{s.path}: {len(s.rows)} configurations, sweep_id {s.sweep_id}")
+    seconds = round(time.perf_counter() - started, 3)  # the sweeps, not their reports
+    wh = WarehouseHandle.open(lumos.warehouse_path)
+    reports = {
+        job: write_job_report(
+            wh, job, lumos.reports_path / f"{safe_name(job)}.html", perfetto=False,
+            preview=("sweep_0",),
+        )
+        for job in dict.fromkeys(s.job for s in sweeps)
+    }  # fmt: skip
+    listed = "\n".join(f"- `{job}`: `{r.html}`" for job, r in reports.items())
     return dg.MaterializeResult(
         metadata={
+            **report_metadata(reports[best[0].job]),
+            "reports": dg.MetadataValue.md(listed),
             "grids": len(sweeps),
             "configs": sum(len(s.rows) for s in sweeps),
-            "seconds": round(time.perf_counter() - started, 3),
+            "seconds": seconds,
             "best_job": best[0].job,
             "best_predicted_ms": best[1]["predicted_ms"],
             "best_tokens_per_s": best[1]["tokens_per_s"],
