@@ -169,8 +169,8 @@ def test_an_estimate_of_another_configuration_keeps_the_waits(gpu_runs: Path, tm
         step, tasks=step.tasks.set_column(i, step.tasks.schema.field(i), pa.array(waits))
     )
     twice = replace(cfg, layers=2 * cfg.layers)
-    plain = GpuModel(step, cfg).predict([cfg, twice])
-    held = GpuModel(waited, cfg).predict([cfg, twice])
+    plain, _ = GpuModel(step, cfg).predict([cfg, twice])
+    held, _ = GpuModel(waited, cfg).predict([cfg, twice])
     assert held[0] - plain[0] == pytest.approx(5_000_000, rel=0.05)
     assert held[1] - plain[1] == pytest.approx(10_000_000, rel=0.05)
 

@@ -492,6 +492,9 @@ ESTIMATES = pa.schema(
         # base's recorder); null: unknown, none modelled (and in estimates saved before it)
         pa.field("host_cores", pa.int32()),
         pa.field("predicted_ns", pa.int64(), nullable=False),
+        # the step as its trace would record it (the profiler's cost kept) where predicted_ns is
+        # the step without the profiler (a single-GPU base); null: predicted_ns is that already
+        pa.field("traced_ns", pa.int64()),
         pa.field("interval_low_ns", pa.int64(), nullable=False),
         pa.field("interval_high_ns", pa.int64(), nullable=False),
         pa.field("memory_bytes", pa.int64(), nullable=False),

@@ -129,6 +129,9 @@ class Prediction:
     # CPU cores the ranks were taken to share (given, or as the base's recorder wrote); None:
     # unknown, no time-sharing modelled
     host_cores: int | None = None
+    # the step as a trace of it would record it (the profiler's cost kept) where predicted_ns
+    # is the step without the profiler (a GPU base); None: predicted_ns is the traced figure
+    traced_ns: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -136,6 +139,7 @@ class Prediction:
             "speedups": dict(self.speedups),
             "host_cores": self.host_cores,
             "predicted_ns": self.predicted_ns,
+            "traced_ns": self.traced_ns,
             "interval_ns": list(self.interval_ns),
             "breakdown": self.breakdown,
             "memory_bytes": self.memory_bytes,
@@ -766,6 +770,7 @@ class Estimator:
         return dataclasses.replace(
             p,
             predicted_ns=int(round(p.predicted_ns * k)),
+            traced_ns=p.predicted_ns,
             interval_ns=(int(p.interval_ns[0] * k), int(p.interval_ns[1] * k)),
             breakdown=parts,
             warnings=[note, *p.warnings],
@@ -774,7 +779,7 @@ class Estimator:
     def _profiler_scale(self) -> float:
         if self._scale is None:
             template = self._template_explain(self.base, None).predicted_ns
-            graph = int(self._gpu_model().predict([self.base])[0])
+            graph = int(self._gpu_model().predict([self.base])[0][0])
             self._scale = graph / template if template > 0 else 1.0
         return self._scale
 
@@ -849,10 +854,13 @@ class Estimator:
         from lumos.estimate.gpu_edit import EditError
 
         try:
-            preds = self._gpu_model().predict(cfgs)
+            preds, traced = self._gpu_model().predict(cfgs)
         except EditError as exc:
             raise TransformError(str(exc)) from exc
-        return [self._gpu_prediction(c, int(p)) for c, p in zip(cfgs, preds, strict=True)]
+        return [
+            self._gpu_prediction(c, int(p), traced_ns=int(t))
+            for c, p, t in zip(cfgs, preds, traced, strict=True)
+        ]
 
     def _gpu_predict(self, cfg: ModelConfig) -> Prediction:
         """`cfg`'s step from the base's GPU step graph with its breakdown and the traced step
@@ -874,7 +882,7 @@ class Estimator:
             f"the same graph with the profiler: {est.traced_ns / 1e6:.1f} ms (the profiler's "
             f"share {100 * est.profiler_share:.0f}%)"
         )
-        return self._gpu_prediction(cfg, est.predicted_ns, parts, note)
+        return self._gpu_prediction(cfg, est.predicted_ns, parts, note, traced_ns=est.traced_ns)
 
     def _gpu_prediction(
         self,
@@ -882,6 +890,8 @@ class Estimator:
         pred: int,
         breakdown: dict[str, int] | None = None,
         traced: str | None = None,
+        *,
+        traced_ns: int | None = None,
     ) -> Prediction:
         assert self.gpu is not None
         lo, hi = self.spread
@@ -929,6 +939,7 @@ class Estimator:
             warnings=notes,
             breakdown=breakdown,
             host_cores=None,
+            traced_ns=traced_ns,
         )
 
     def target(self, overrides: Mapping[str, Any], where: str = "--set") -> ModelConfig:

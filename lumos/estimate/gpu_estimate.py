@@ -221,20 +221,22 @@ class GpuModel:
             ),
         }
 
-    def predict(self, cfgs: Sequence[ModelConfig]) -> np.ndarray:
-        """Predicted steps (ns, without the profiler) of many configurations: one batched replay
-        per structure."""
+    def predict(self, cfgs: Sequence[ModelConfig]) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted steps (ns) of many configurations, without the profiler and as a trace
+        would record them (its cost kept): one batched replay per structure."""
         from kernels.replay import replay_sweep
 
-        out = np.zeros(len(cfgs), np.int64)
+        out = np.zeros((2, len(cfgs)), np.int64)
         groups: dict[Structure, list[int]] = {}
         for i, c in enumerate(cfgs):
             groups.setdefault(self.structure(c), []).append(i)
         for s, idx in groups.items():
             ed, g = self.graph(s)
-            dur = np.stack([self.durations(ed, cfgs[i], self.event_ns) for i in idx])
-            out[idx] = replay_sweep(g, dur, parallel=len(idx) > 1)
-        return out
+            dur = np.stack(
+                [self.durations(ed, cfgs[i], cost) for cost in (self.event_ns, 0.0) for i in idx]
+            )
+            out[:, idx] = replay_sweep(g, dur, parallel=len(idx) > 1).reshape(2, len(idx))
+        return out[0], out[1]
 
     def explain(self, cfg: ModelConfig) -> GpuEstimate:
         """One configuration, with the same graph replayed with the profiler's cost kept."""

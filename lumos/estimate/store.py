@@ -47,6 +47,7 @@ def estimates_table(
     data["speedups"] = [to_json_speedups(p.speedups) for p in preds]
     data["host_cores"] = [p.host_cores for p in preds]
     data["predicted_ns"] = [p.predicted_ns for p in preds]
+    data["traced_ns"] = [p.traced_ns for p in preds]
     data["interval_low_ns"] = [p.interval_ns[0] for p in preds]
     data["interval_high_ns"] = [p.interval_ns[1] for p in preds]
     data["memory_bytes"] = [p.memory_bytes for p in preds]

@@ -1,7 +1,9 @@
 -- job_configs: each job's configuration as inferred from its trace (written by lumos sweep /
 -- lumos estimate --save together with `estimates`), and estimate_vs_measured: every estimate
 -- whose configuration equals a real job's, beside that job's measured median step (the median
--- over its ProfilerStep numbers of the slowest rank's span).
+-- over its ProfilerStep numbers of the slowest rank's span). That step is traced: `rel_error`
+-- compares it with the estimate as a trace would record it (`predicted_traced_ns`: a GPU base's
+-- `predicted_ns` is the step without the profiler, its `traced_ns` the step with it).
 CREATE OR REPLACE VIEW job_configs AS
 SELECT *
 FROM read_parquet({{job_configs_glob}}, union_by_name = true, hive_partitioning = false);
@@ -22,9 +24,15 @@ SELECT e.sweep_id, e.job AS base_job, c.job AS measured_job,
        e.vocab,
        e.dp, e.pp, e.tp, e.pp_schedule,
        e.predicted_ns, e.interval_low_ns, e.interval_high_ns,
+       coalesce(e.traced_ns, e.predicted_ns) AS predicted_traced_ns,
        m.measured_ns, m.n_steps, m.measured_min_ns, m.measured_max_ns,
-       (e.predicted_ns - m.measured_ns) / m.measured_ns::DOUBLE AS rel_error,
-       m.measured_ns BETWEEN e.interval_low_ns AND e.interval_high_ns AS in_interval,
+       (coalesce(e.traced_ns, e.predicted_ns) - m.measured_ns) / m.measured_ns::DOUBLE
+           AS rel_error,
+       -- the interval is around predicted_ns: scaled to the traced figure
+       m.measured_ns BETWEEN e.interval_low_ns * coalesce(e.traced_ns, e.predicted_ns)
+                                 / e.predicted_ns::DOUBLE
+                         AND e.interval_high_ns * coalesce(e.traced_ns, e.predicted_ns)
+                                 / e.predicted_ns::DOUBLE AS in_interval,
        e.created_at
 FROM estimates AS e
 JOIN job_configs AS c
