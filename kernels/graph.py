@@ -2,58 +2,12 @@
 
 This is the array contract between whoever builds execution graphs (the warehouse SQL) and the
 replay kernel in `kernels.replay`. Everything is a contiguous numpy array; task and processor ids
-are int64 and *local to one graph* (0..n-1, 0..P-1); times are int64 nanoseconds relative to the
-graph's own origin (keep them small: never epoch timestamps).
-
-Tasks (length n each)
----------------------
-``proc``        processor of the task. One processor per CPU thread and one per GPU stream. A
-                processor runs one task at a time, **in increasing task-id order**: the tasks of a
-                processor, taken by ascending id, are its queue (same-thread / same-stream order is
-                implied by the ids and must not be repeated as edges).
-``dur_ns``      duration (>= 0). For a collective participant: its transfer time (see below).
-``delay_ns``    gap (>= 0) that elapses after the task's processor is free *and* its fixed
-                predecessors (plus edge latencies) are done, before the task starts:
-                ``start = max(processor free, max(pred end + edge latency)) + delay``. Used for
-                the idle gap before a top-level CPU op, the inter-op gap on a stream, etc.
-``kind``        `Kind` code, informational (the kernel's behaviour comes from the arrays below);
-                checked against the processor type (GPU kinds on streams, CPU kinds on threads).
-``launch_src``  for a GPU task, the CPU task whose completion enqueues it (cudaLaunchKernel,
-                cudaMemcpyAsync, cudaStreamWaitEvent...), else -1. Each CPU task launches at most
-                one GPU task, and the edge launch -> GPU task must also be in the dependencies
-                (that is where the launch latency goes). A GPU task without a launch counts as
-                enqueued from time 0.
-``rt_mode``     runtime dependency (`Rt` code), resolved during the simulation:
-                STREAM: wait for the last task enqueued on stream ``rt_arg`` when this task starts;
-                DEVICE: the same for every stream of device ``rt_arg``;
-                RECORD: an event record on stream ``rt_arg``: captures that stream's last enqueued
-                task when it starts, waits for nothing;
-                EVENT:  wait for the task captured by the RECORD task ``rt_arg`` (event
-                synchronize on a CPU thread, or a zero-length GPU "wait" task on another stream
-                for cudaStreamWaitEvent: later tasks of that stream then wait through stream order).
-                A waiting task ends at ``max(start + dur, target end + rt_lat_ns)``.
-``rt_arg``      stream processor id (STREAM, RECORD), device id (DEVICE), task id (EVENT), else -1.
-``rt_lat_ns``   return latency of a waiting task after its target ends (>= 0).
-``coll``        collective id (dense 0..C-1 within the graph) or -1. All tasks of one id are the
-                participants of one collective (one per rank, each on its own processor). A
-                participant arrives at its start; the transfer begins when the last one arrives,
-                and each participant ends at ``last arrival + its dur``; the difference to its own
-                start is waiting for peers.
-
-Fixed dependencies (CSR over destinations)
-------------------------------------------
-``dep_ptr`` (n+1), ``dep_src`` (m), ``dep_lat_ns`` (m, >= 0): the predecessors of task ``d`` are
-``dep_src[dep_ptr[d]:dep_ptr[d+1]]`` with the matching latencies.
-
-Processors
-----------
-``proc_device`` (P): device id (dense 0..D-1) of each GPU stream, -1 for a CPU thread.
-
-"Enqueued on a stream at time t": the tasks of a stream enqueue in stream order; the enqueued
-prefix at ``t`` is the longest prefix of the stream's queue whose launches ended at or before
-``t`` (ties at exactly ``t`` go by processing order, see `kernels.replay`).
-
-Multi-rank graphs are one graph whose processors are those of every rank; collectives join them.
+are int64 and local to one graph; times are int64 nanoseconds relative to the graph's own origin.
+Per task: ``proc`` (a processor runs its tasks in increasing id order), ``dur_ns``, ``delay_ns``,
+``kind``, ``launch_src``, ``rt_mode``/``rt_arg``/``rt_lat_ns`` (runtime dependencies) and ``coll``;
+fixed dependencies as CSR over destinations (``dep_ptr``, ``dep_src``, ``dep_lat_ns``); per
+processor ``proc_device``. Multi-rank graphs are one graph whose processors are those of every
+rank; collectives join them. Every array's meaning: docs/replay.md, "Module notes".
 """
 
 from __future__ import annotations

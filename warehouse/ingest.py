@@ -1,21 +1,12 @@
 """Ingest trace files into the warehouse: hash, skip what is known, parse, stage, commit.
 
-Steps for each file:
-  1. A file of a size some manifest row has is hashed (sha256, streamed) first. If the manifest's
-     latest row for (job, sha256) exists, the file is unchanged: nothing is written (a file
-     refused before stays refused, and is reported). Other files cannot be in the warehouse.
-  2. The reader streams Arrow batches into a Parquet file in `<wh>/_staging/<run>/` (zstd, row
-     groups of about 1M rows), hashing the file's bytes as it reads them: a file is read once.
-     Parsing runs in a process pool when `workers > 1` and the files hold enough JSON to pay
-     for starting the workers (`_pool_size`).
-  3. Commit, under the warehouse's `flock`: re-read the manifest (another process may have
-     committed the same file meanwhile), move a later profiling window of a job to its own job
-     (`warehouse.windows`), refuse a second file claiming a (job, rank) already held by other
-     content (a file whose content turns out to be there already is `unchanged`), rename the
-     events and trace_meta files into place (named by the sha256), then append the
-     manifest rows as one atomically renamed part. The manifest is the commit point: the catalog's
-     views only show events of files with an `ok` manifest row, so a process killed between two
-     renames leaves nothing visible, and the next ingest deletes the orphans.
+A file whose sha256 the manifest already holds for its job is unchanged and not read again;
+others are streamed by the reader into a staged Parquet file (hashed as they are read), then
+committed under the warehouse's `flock`: re-read the manifest, place a later profiling window in
+its own job (`warehouse.windows`), refuse a second file claiming a held (job, rank), rename the
+data files into place and append the manifest rows as one atomically renamed part. The manifest
+is the commit point, so a killed process leaves nothing visible. The steps in full:
+docs/warehouse.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -701,7 +692,7 @@ def _commit(
             outcomes[task.index] = outcome
         if placed:
             # the files' bytes reach the disk before the manifest row that makes them visible:
-            # after a power cut an ok row never points at an incomplete file (issue 34, item 8)
+            # after a power cut an ok row never points at an incomplete file
             for src, _ in moves:
                 fsync_path(src)
             _write_journal(layout, placed)

@@ -1,5 +1,5 @@
 """`lumos groundtruth run`: profile real GPT training runs on the CPU, one job directory per
-configuration (issue 4; needs the `train` extra, torch). `lumos groundtruth spread DIR`: the
+configuration (needs the `train` extra, torch). `lumos groundtruth spread DIR`: the
 noise floor of each configuration. `lumos groundtruth accuracy DIR --base NAME`: predict every
 configuration of a corpus from one base job and compare with its median traced step."""
 

@@ -1,4 +1,4 @@
-"""Estimation accuracy on a ground-truth corpus (issue 5): predict every configuration of the
+"""Estimation accuracy on a ground-truth corpus: predict every configuration of the
 corpus from one base job's trace and compare with the median traced step of the real run.
 
 A corpus is a folder of job folders written by `lumos groundtruth run` (each with a

@@ -1,25 +1,13 @@
 """Base job + target configurations -> edited graphs -> numba replay -> predictions.
 
 `Estimator.open(warehouse, job, base_overrides)` loads (or builds and caches) the job's template
-and inferred base configuration; `predict(targets)` groups the targets by graph structure
-(`transforms.Structure`), builds each structure's graph once, merges its runs of tasks that no
-other processor waits on (`compress`: ~100× fewer tasks, the same makespans to the nanosecond),
-fills a (configs × runs) duration matrix per group and replays it with
-`kernels.replay.replay_sweep`. `explain(target)` replays one configuration's full graph with its
-schedule and returns the breakdown.
-
-Interval: the base run's own step spread (min/median and max/median of its traced steps), widened
-by 5% per doubling of the shape ratios applied to the roles that make up the prediction, and, when
-the world size changes, by the spread of the contention the fleet's jobs showed
-(`lumos.estimate.fleet`), and by how far the fleet's whole jobs ran from the speed their training
-state predicts (`lumos.estimate.working_set`: recording noise the base's own steps cannot show).
-The fleet's runs also set the speed of the target's CPU work: when the jobs matched on most of
-their op time ran faster or slower than the base at their state, a new run is expected at their
-mean speed, shrunk by n / (n + 1) (`WorkingSet.offset`; said in the warnings).
-
-Speed-ups: ``speedup.<class>=N`` divides the durations of that class by N; classes are the
-roles of `lumos.estimate.layers.ROLES`, the families ``gemm`` (all GEMMs), ``token``
-(memory-bound token ops), ``comm`` (every collective and p2p transfer) and ``all``.
+and inferred base configuration; `predict(targets)` groups the targets by graph structure, builds
+each structure's graph once, compresses it (`compress`), fills a (configs x runs) duration matrix
+and replays it with `kernels.replay.replay_sweep`; `explain(target)` replays one configuration's
+full graph with its schedule and returns the breakdown. The interval starts from the base run's
+own step spread and widens with the shape ratios and what the calibration jobs showed.
+``speedup.<class>=N`` divides that class's durations by N (roles of `layers.ROLES`, ``gemm``,
+``token``, ``comm``, ``all``). How the interval is built: docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations

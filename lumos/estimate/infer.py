@@ -1,23 +1,11 @@
 """Infer a job's base configuration (model shape, batch, parallel degrees) from its trace.
 
 Every field comes with the evidence it was read from and a confidence in [0, 1]; a field the
-trace says nothing about keeps a default at confidence 0. Rules, from the trace format only (no
-knowledge of a particular model; the `lumos_groundtruth` metadata of our own trainer is never read):
-
-- layers: distinct indices of repeated annotations (`layer_<i>`, `layers.<i>`, `h.<i>`,
-  `blocks.<i>`, with_modules frames `nn.Module: <X>Layer_<i>` / `<X>Block_<i>`), summed over
-  pipeline stages; else forward attention ops per micro-batch forward; else down-projection GEMMs.
-- hidden: the dimension most often seen as K or N of the weight GEMMs (aten::linear, else 2-D
-  matmul/mm/addmm); ffn: F with both an up GEMM (hidden → F, or → 2F fused gate+up) and a down GEMM
-  (F → hidden), times tp; heads, head_dim, seq, micro_batch: the attention op's query shape, matched
-  against the GEMMs' token count (micro_batch = tokens / seq).
-- tp: from the attention width (hidden / (local heads × head_dim)), confirmed by activation-sized
-  all-reduces (their group size or a process group named for tensor parallelism when present);
-  pp: number of distinct layer sets across ranks, else the p2p group size, else p2p presence;
-  dp = world size / (pp × tp), world size from distributedInfo.
-- num_micro_batches: distinct `forward_mb<m>` / `Forward <m>` annotations, else word-embedding
-  lookups (or loss ops) per step; pp_schedule: GPipe when every forward of a step precedes its first
-  backward on the first stage, else 1F1B.
+trace says nothing about keeps a default at confidence 0. The rules use the trace format only (no
+knowledge of a particular model; the `lumos_groundtruth` metadata of our own trainer is never
+read): layer annotations and module names, the weight GEMMs' dimensions, the attention op's
+query shape, activation-sized all-reduces, p2p groups and micro-batch annotations. Each field's
+rule: docs/estimate-base.md, "Module notes".
 """
 
 from __future__ import annotations

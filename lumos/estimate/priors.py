@@ -1,23 +1,11 @@
-"""What a host teaches before the warehouse has measured it: priors for the fleet's laws.
+"""Priors for the calibration laws, for a host the warehouse has not measured yet.
 
-The fleet models (`comm`, `fleet.Contention`, `working_set`, `idle_gaps`) learn a device's
-collective latencies, co-location slowdown, working-set and idle-gap laws from the warehouse's
-other jobs. A warehouse holding only the base job (the common first use: one trace, "what if")
-teaches none of them, and the bare physics then misses most of a multi-rank target's cost. On the
-ground-truth corpus from the 4-layer base alone: tensor parallelism was predicted 50% short (its
-synchronous all-reduces cost their 0.2 ms transfer where the host takes ~1.6 ms to hand off, wait
-and wake), data parallelism 12% short (DDP's last bucket waits ~3.4 ms for the later peer) and a
-12-layer model 9% short (no working-set slowdown).
-
-A `HostPrior` is those laws as one fleet measured them on one kind of host, kept as a JSON file
-per device kind (`priors/cpu.json`: the CPU prior, learned by `learn` from the bundled
-ground-truth corpus in `tests/data/corpus`, recorded on a 2-core host with one thread per rank
-and gloo over loopback). Each fleet model takes the prior only for what its own warehouse could
-not teach, and says so in its notes, so that an estimate's warnings name every law it borrowed.
-On two corpus recordings the bundled corpus never saw, estimates from the base alone with the
-prior were as accurate as with the rest of the recording as the fleet (docs/estimate.md). GPU
-devices have no prior: their collectives keep `comm.DEFAULTS`, and their CPU ops are launches
-that neither contention nor the working set slows.
+The calibration models (`comm`, `fleet.Contention`, `working_set`, `idle_gaps`) learn a device's
+laws from the warehouse's other jobs; a warehouse holding only the base job teaches none of them.
+A `HostPrior` is those laws as one corpus measured them on one kind of host, kept as a JSON file
+per device kind (`priors/cpu.json`, learned by `learn` from `tests/data/corpus`). Each model takes
+the prior only for what its own warehouse could not teach, and says so in its notes. GPU devices
+have no prior. Why, and how accurate: docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations

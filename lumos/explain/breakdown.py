@@ -1,6 +1,6 @@
 """Breakdown of each step's GPU span into exposed compute, overlap, exposed communication, idle.
 
-Lumos's definition (field-notes §1), over the step's GPU span ``[a, b]`` (first start to last end
+The Lumos paper's definition, over the step's GPU span ``[a, b]`` (first start to last end
 of the GPU tasks the step launched, in the mode's times): with C the union of compute intervals
 and M the union of communication intervals of *all* the rank's GPU tasks (every stream) clipped
 to ``[a, b]``:
