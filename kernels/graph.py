@@ -69,6 +69,86 @@ def _first_bad(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
 
+def _kinds(kind: object, is_gpu_task: np.ndarray, n: int, source: str) -> np.ndarray:
+    """The tasks' `Kind` codes, checked against their processor (GPU kinds on streams only);
+    omitted: CPU_OP on threads, GPU_KERNEL on streams."""
+    if kind is None:
+        return np.where(is_gpu_task, int(Kind.GPU_KERNEL), int(Kind.CPU_OP)).astype(np.int8)
+    kind_i = _i64("kind", kind, n, source)
+    gpu_kind = np.isin(kind_i, [int(k) for k in GPU_KINDS])
+    cpu_kind = np.isin(kind_i, [int(k) for k in CPU_KINDS])
+    if (~(gpu_kind | cpu_kind)).any():
+        i = _first_bad(~(gpu_kind | cpu_kind))
+        raise GraphError(f"{source}: kind[{i}]={kind_i[i]} is not a Kind code")
+    if (gpu_kind != is_gpu_task).any():
+        i = _first_bad(gpu_kind != is_gpu_task)
+        where = "a GPU stream" if is_gpu_task[i] else "a CPU thread"
+        raise GraphError(f"{source}: task {i} has kind {Kind(kind_i[i]).name} but runs on {where}")
+    return kind_i.astype(np.int8)
+
+
+def _launches(
+    lsrc: np.ndarray, is_gpu_task: np.ndarray, src: np.ndarray, dst: np.ndarray, source: str
+) -> np.ndarray:
+    """Check `launch_src` (CPU tasks launch GPU tasks, one each, through a dependency edge) and
+    return its inverse: the GPU task each task launches, or -1."""
+    n = lsrc.shape[0]
+    has_launch = lsrc >= 0
+    if (lsrc < -1).any() or (lsrc >= n).any():
+        i = _first_bad((lsrc < -1) | (lsrc >= n))
+        raise GraphError(f"{source}: launch_src[{i}]={lsrc[i]} outside -1..{n - 1}")
+    if (has_launch & ~is_gpu_task).any():
+        i = _first_bad(has_launch & ~is_gpu_task)
+        raise GraphError(f"{source}: task {i} has a launch but runs on a CPU thread")
+    launchers = lsrc[has_launch]
+    if launchers.size and is_gpu_task[launchers].any():
+        i = int(np.flatnonzero(has_launch)[_first_bad(is_gpu_task[launchers])])
+        raise GraphError(f"{source}: task {i} is launched by GPU task {lsrc[i]}")
+    uniq, counts = np.unique(launchers, return_counts=True)
+    if (counts > 1).any():
+        raise GraphError(f"{source}: CPU task {uniq[counts > 1][0]} launches several GPU tasks")
+    launch_dst = np.full(n, -1, np.int64)
+    launch_dst[launchers] = np.flatnonzero(has_launch)
+    if launchers.size:
+        edge_keys = dst * n + src
+        want = np.flatnonzero(has_launch) * n + launchers
+        absent = ~np.isin(want, edge_keys)
+        if absent.any():
+            g = int(want[absent][0] // n)
+            raise GraphError(
+                f"{source}: launch edge {lsrc[g]} -> {g} missing from the dependencies"
+            )
+    return launch_dst
+
+
+def _collectives(
+    coll_a: np.ndarray, proc_a: np.ndarray, launch_dst: np.ndarray, n_procs: int, source: str
+) -> np.ndarray:
+    """Check `coll` (dense ids, no launch, one participant per processor) and return the number
+    of participants of each collective."""
+    if (coll_a < -1).any():
+        raise GraphError(f"{source}: coll[{_first_bad(coll_a < -1)}] < -1")
+    in_coll = coll_a >= 0
+    n_coll = int(coll_a.max()) + 1 if in_coll.any() else 0
+    coll_size = np.bincount(coll_a[in_coll], minlength=n_coll).astype(np.int64)
+    if (coll_size == 0).any():
+        raise GraphError(
+            f"{source}: collective ids must be dense: id {_first_bad(coll_size == 0)} unused"
+        )
+    if (in_coll & (launch_dst >= 0)).any():
+        raise GraphError(
+            f"{source}: task {_first_bad(in_coll & (launch_dst >= 0))} is a collective and a launch"
+        )
+    pair = coll_a[in_coll] * n_procs + proc_a[in_coll]
+    u, c = np.unique(pair, return_counts=True)
+    if (c > 1).any():
+        raise GraphError(
+            f"{source}: collective {u[c > 1][0] // n_procs} has two participants on processor "
+            f"{u[c > 1][0] % n_procs} (it could never complete)"
+        )
+    return coll_size
+
+
 @dataclass(frozen=True, eq=False)
 class ReplayGraph:
     """One validated graph plus the derived arrays the kernel walks (see the module docstring)."""
@@ -173,23 +253,7 @@ class ReplayGraph:
             )
         is_gpu_task = pdev[proc_a] >= 0 if n else np.zeros(0, bool)
 
-        # kinds
-        if kind is None:
-            kind_a = np.where(is_gpu_task, int(Kind.GPU_KERNEL), int(Kind.CPU_OP)).astype(np.int8)
-        else:
-            kind_i = _i64("kind", kind, n, source)
-            gpu_kind = np.isin(kind_i, [int(k) for k in GPU_KINDS])
-            cpu_kind = np.isin(kind_i, [int(k) for k in CPU_KINDS])
-            if (~(gpu_kind | cpu_kind)).any():
-                i = _first_bad(~(gpu_kind | cpu_kind))
-                raise GraphError(f"{source}: kind[{i}]={kind_i[i]} is not a Kind code")
-            if (gpu_kind != is_gpu_task).any():
-                i = _first_bad(gpu_kind != is_gpu_task)
-                where = "a GPU stream" if is_gpu_task[i] else "a CPU thread"
-                raise GraphError(
-                    f"{source}: task {i} has kind {Kind(kind_i[i]).name} but runs on {where}"
-                )
-            kind_a = kind_i.astype(np.int8)
+        kind_a = _kinds(kind, is_gpu_task, n, source)
 
         for name, a in (("dur_ns", dur), ("delay_ns", delay), ("rt_lat_ns", rlat)):
             if (a < 0).any():
@@ -212,32 +276,7 @@ class ReplayGraph:
             e = _first_bad(src == dst)
             raise GraphError(f"{source}: task {dst[e]} depends on itself")
 
-        # launches
-        has_launch = lsrc >= 0
-        if (lsrc < -1).any() or (lsrc >= n).any():
-            i = _first_bad((lsrc < -1) | (lsrc >= n))
-            raise GraphError(f"{source}: launch_src[{i}]={lsrc[i]} outside -1..{n - 1}")
-        if (has_launch & ~is_gpu_task).any():
-            i = _first_bad(has_launch & ~is_gpu_task)
-            raise GraphError(f"{source}: task {i} has a launch but runs on a CPU thread")
-        launchers = lsrc[has_launch]
-        if launchers.size and is_gpu_task[launchers].any():
-            i = int(np.flatnonzero(has_launch)[_first_bad(is_gpu_task[launchers])])
-            raise GraphError(f"{source}: task {i} is launched by GPU task {lsrc[i]}")
-        uniq, counts = np.unique(launchers, return_counts=True)
-        if (counts > 1).any():
-            raise GraphError(f"{source}: CPU task {uniq[counts > 1][0]} launches several GPU tasks")
-        launch_dst = np.full(n, -1, np.int64)
-        launch_dst[launchers] = np.flatnonzero(has_launch)
-        if launchers.size:
-            edge_keys = dst * n + src
-            want = np.flatnonzero(has_launch) * n + launchers
-            absent = ~np.isin(want, edge_keys)
-            if absent.any():
-                g = int(want[absent][0] // n)
-                raise GraphError(
-                    f"{source}: launch edge {lsrc[g]} -> {g} missing from the dependencies"
-                )
+        launch_dst = _launches(lsrc, is_gpu_task, src, dst, source)
 
         # runtime dependencies
         if ((mode < 0) | (mode > int(Rt.RECORD))).any():
@@ -256,27 +295,7 @@ class ReplayGraph:
             if launch_dst[i] >= 0 or coll_a[i] >= 0:
                 raise GraphError(f"{source}: task {i} waits at runtime and also launches/collects")
 
-        # collectives
-        if (coll_a < -1).any():
-            raise GraphError(f"{source}: coll[{_first_bad(coll_a < -1)}] < -1")
-        in_coll = coll_a >= 0
-        n_coll = int(coll_a.max()) + 1 if in_coll.any() else 0
-        coll_size = np.bincount(coll_a[in_coll], minlength=n_coll).astype(np.int64)
-        if (coll_size == 0).any():
-            raise GraphError(
-                f"{source}: collective ids must be dense: id {_first_bad(coll_size == 0)} unused"
-            )
-        if (in_coll & (launch_dst >= 0)).any():
-            raise GraphError(
-                f"{source}: task {_first_bad(in_coll & (launch_dst >= 0))} is a collective and a launch"
-            )
-        pair = coll_a[in_coll] * n_procs + proc_a[in_coll]
-        u, c = np.unique(pair, return_counts=True)
-        if (c > 1).any():
-            raise GraphError(
-                f"{source}: collective {u[c > 1][0] // n_procs} has two participants on processor "
-                f"{u[c > 1][0] % n_procs} (it could never complete)"
-            )
+        coll_size = _collectives(coll_a, proc_a, launch_dst, n_procs, source)
 
         # derived CSR views
         order = np.argsort(src, kind="stable")

@@ -393,7 +393,7 @@ def test_tensor_parallel_all_reduces_follow_the_split_linears(gpu_wh):
 def test_tensor_parallel_halves_the_gemm_work_of_a_gpu_bound_run(gpu_wh):
     from lumos.estimate.estimator import Estimator
 
-    est = Estimator.open(gpu_wh.root, "gpu_h100/llama_H2048")  # GPU-bound (field notes)
+    est = Estimator.open(gpu_wh.root, "gpu_h100/llama_H2048")  # GPU-bound (docs/estimate-gpu.md)
     _, _, base = _collectives(est)
     _, _, tp2 = _collectives(est, tp=2)
     # the layers' GEMMs and attention split over the ranks; norms, residuals, the LM head
