@@ -1,7 +1,7 @@
 -- g_slack: per rank, the GPU start delays that no edge of the graph explains (a quality flag):
 -- for each GPU task, its traced start minus the latest of (launch end + launch latency + gap,
 -- stream predecessor end + gap, inter-stream predecessor end + gap); delays above 2 gaps + 2 us
--- (timer noise) are summed. Run after graph/deps.
+-- (timer_noise_ns, lumos_sql/thresholds.py) are summed. Run after graph/deps.
 CREATE OR REPLACE TEMP TABLE g_slack AS
 WITH sw AS (
     SELECT d.rank, d.dst AS task, max(s.ts_ns + s.dur_ns) AS sw_end
@@ -17,8 +17,8 @@ WITH sw AS (
     LEFT JOIN sw ON sw.rank = g.rank AND sw.task = g.task
 )
 SELECT rank,
-       CAST(coalesce(sum(late) FILTER (WHERE late > 2 * gap_ns + 2000), 0) AS BIGINT)
+       CAST(coalesce(sum(late) FILTER (WHERE late > timer_noise_ns(gap_ns)), 0) AS BIGINT)
            AS unexplained_slack_ns,
-       count(*) FILTER (WHERE late > 2 * gap_ns + 2000) AS n_unexplained
+       count(*) FILTER (WHERE late > timer_noise_ns(gap_ns)) AS n_unexplained
 FROM k
 GROUP BY rank;
