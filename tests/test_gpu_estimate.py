@@ -115,7 +115,7 @@ def test_layers_edit_copies_whole_layers_in_order(base, layers):
 
 def test_micro_batches_repeat_forward_and_backward_once_each(base):
     from lumos.estimate.gpu_edit import edit_step
-    from lumos.estimate.layers import BLOCK
+    from lumos.estimate.template import BLOCK
 
     step, cfg = base
     ed = edit_step(step, cfg.layers, 2, cfg.layers, 1)
@@ -242,7 +242,7 @@ def test_gpu_work_follows_the_shapes(gpu_wh, base):
     from lumos.estimate.gpu_step import load_gpu_step
     from lumos.estimate.infer import infer_base
     from lumos.estimate.kernel_work import KClass
-    from lumos.estimate.layers import shape_roles
+    from lumos.estimate.template import shape_roles
 
     step, cfg = base
     model = GpuModel(step, cfg)
@@ -274,7 +274,7 @@ def test_grouped_query_attention_narrows_the_qkv_work(gpu_wh, base):
     from lumos.estimate.gpu_estimate import GpuModel
     from lumos.estimate.gpu_step import load_gpu_step
     from lumos.estimate.infer import infer_base
-    from lumos.estimate.layers import shape_roles
+    from lumos.estimate.template import shape_roles
 
     step, cfg = base
     model = GpuModel(step, cfg)
@@ -365,7 +365,7 @@ def test_tensor_parallel_all_reduces_follow_the_split_linears(gpu_wh):
     from lumos.estimate.estimator import Estimator
     from lumos.estimate.gpu_edit import Coll
     from lumos.estimate.gpu_step import BLOCK_FWD
-    from lumos.estimate.layers import ROLE
+    from lumos.estimate.template import ROLE
 
     est = Estimator.open(gpu_wh.root, f"gpu_h100/{BASE}")
     st = est.gpu
@@ -447,7 +447,7 @@ def test_pipeline_stages_split_the_layers_and_pass_activations(gpu_wh):
     order on each; a transfer before each pass that needs the other stage's output."""
     from lumos.estimate.estimator import Estimator
     from lumos.estimate.gpu_edit import Coll, pipeline_order
-    from lumos.estimate.layers import ROLE
+    from lumos.estimate.template import ROLE
 
     est = Estimator.open(gpu_wh.root, f"gpu_h100/{BASE}")
     cfg, model, e = _collectives(est, pp=2, num_micro_batches=4)

@@ -60,7 +60,7 @@ class CommModel:
     sync_notes: list[str] = field(default_factory=list)
     exposed_wait_ns: float = 0.0
     exposed_notes: list[str] = field(default_factory=list)
-    # jobs whose collectives were synchronous: their ranks run in lock-step (fleet.Contention)
+    # jobs whose collectives were synchronous: their ranks run in lock-step (contention.Contention)
     lockstep_jobs: list[str] = field(default_factory=list)
     exposed_learned: bool = False
 
@@ -164,9 +164,9 @@ class CommModel:
         in `exclude`), else the defaults. A job of more ranks than its host's cores (where its
         recorder wrote them, else the base's) ran its collectives time-shared: their times are
         divided by its ranks per core, and an estimate multiplies them back for its target."""
-        from lumos.estimate.fleet_sql import fleet_rows
+        from lumos.estimate.calibration_sql import calibration_rows
 
-        (rows, sync_rows, cores), why = fleet_rows(
+        (rows, sync_rows, cores), why = calibration_rows(
             wh, ["comm_samples", "collective_waits", "host_cores"], job, exclude
         )
         if why == "no catalog":
@@ -282,9 +282,9 @@ def _elements(dims_json: str) -> int:
 
 
 def _per_core(cores: dict[str, int], base: str) -> Callable[[str, int], float]:
-    """(job, world) -> ranks per core of that job (`fleet.ranks_per_core`): its host's cores
+    """(job, world) -> ranks per core of that job (`contention.ranks_per_core`): its host's cores
     where recorded, else the base's."""
-    from lumos.estimate.fleet import ranks_per_core
+    from lumos.estimate.contention import ranks_per_core
 
     def share(job: str, world: int) -> float:
         return ranks_per_core(world, cores.get(job) or cores.get(base) or 0)

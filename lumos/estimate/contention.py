@@ -248,9 +248,9 @@ class Contention:
         `state_scale(job, refs)` is the working set's part of a job's ratio (its state against
         that of the single-rank jobs it was compared with, `refs`): it is divided out, since an
         estimate scales the target by its own state apart (`working_set.WorkingSet`)."""
-        from lumos.estimate.fleet_sql import fleet_rows
+        from lumos.estimate.calibration_sql import calibration_rows
 
-        (rows,), why = fleet_rows(wh, ["contention"], job, exclude)
+        (rows,), why = calibration_rows(wh, ["contention"], job, exclude)
         if why:
             return cls(notes=[f"contention not learned ({why})"])
         if state_scale is not None:

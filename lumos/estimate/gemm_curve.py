@@ -58,7 +58,7 @@ def parse_gemm(name: str, dims_text: str | None) -> Shape | None:
 
 @dataclass
 class GemmCurve:
-    """Median time of GEMMs by shape on one device, from the fleet's single-rank jobs."""
+    """Median time of GEMMs by shape on one device, from the single-rank calibration jobs."""
 
     shapes: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))  # log2 (m, k, n)
     log_ns: np.ndarray = field(default_factory=lambda: np.zeros(0))

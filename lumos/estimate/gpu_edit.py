@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from kernels.graph import Kind, Rt
 from lumos.estimate.gpu_step import BLOCK_BWD, BLOCK_FWD, GpuStep
-from lumos.estimate.layers import BLOCK, ROLE
+from lumos.estimate.template import BLOCK, ROLE
 from lumos.estimate.transforms import MAX_TASKS
 
 __all__ = ["Coll", "EditedStep", "add_collectives", "edit_step", "layer_map"]

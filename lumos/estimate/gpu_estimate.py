@@ -24,10 +24,10 @@ from lumos.estimate.gpu_edit import Coll, EditedStep, Piece, add_collectives, ed
 from lumos.estimate.gpu_pipeline import pipeline_constants, pipeline_step
 from lumos.estimate.gpu_step import GpuStep
 from lumos.estimate.kernel_work import KClass, fit_gemm, named_sizes, size_ratio
-from lumos.estimate.layers import ROLE
 from lumos.estimate.memory import embedding_params, head_params, params_per_layer
 from lumos.estimate.profiler_cost import PROFILER_EVENT_NS, unprofiled_cpu_ns
 from lumos.estimate.retime import features, stage_param_counts
+from lumos.estimate.template import ROLE
 from lumos.replay.build import build_graph
 
 __all__ = ["GpuEstimate", "GpuModel", "KERNEL_FIXED_QUANTILE", "estimate_step"]

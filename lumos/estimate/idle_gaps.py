@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lumos.estimate.fleet_slope import (
+from lumos.estimate.slope_law import (
     Point,
     SlopeLaw,
+    calibration_sizes,
     fit_slope,
-    fleet_sizes,
     parse_points,
     points_from_rows,
     power_scale,
@@ -52,7 +52,7 @@ class IdleGaps(SlopeLaw):
         return IdleGaps(p.gamma, list(self.points), [note], p.gamma_span)
 
     def scale(self, base_act: float, target_act: float) -> tuple[float, str | None]:
-        """(factor on the target's gaps, a warning when its ratio is beyond the fleet's)."""
+        """(factor on the target's gaps, a warning when its ratio is beyond the calibration jobs')."""
         return power_scale(
             self.gamma, self.points, base_act, target_act, "per-layer activations",
             "the idle gaps between ops are", self.span,
@@ -85,8 +85,8 @@ class IdleGaps(SlopeLaw):
         states: dict[str, tuple[float, float] | None] | None = None,
     ) -> IdleGaps:
         """Learned from the warehouse's jobs on `job`'s device and world size, leaving out
-        `exclude`; `states` memoises each job's `fleet_slope.state_of` (None: not inferable)."""
-        rows, sizes, why = fleet_sizes(wh, "job_gaps", job, exclude, states, 1)
+        `exclude`; `states` memoises each job's `slope_law.state_of` (None: not inferable)."""
+        rows, sizes, why = calibration_sizes(wh, "job_gaps", job, exclude, states, 1)
         if why:
             return cls(notes=[f"idle gaps kept as traced ({why})"])
         return cls.from_rows(rows, sizes, sizes[job])

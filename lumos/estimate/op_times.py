@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from lumos.estimate.gemm_fleet import GemmCurve
+from lumos.estimate.gemm_curve import GemmCurve
 from lumos_sql.taxonomy import is_attention
 
 # a backward op in the template is the autograd engine's frame around the node that has shapes
@@ -82,7 +82,7 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @dataclass
 class OpTimes:
-    """Per attention op name: the coefficients of `attention_terms`, from the fleet."""
+    """Per attention op name: the coefficients of `attention_terms`, from the calibration jobs."""
 
     attn: dict[str, list[float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -109,7 +109,7 @@ class OpTimes:
             if coef is not None:
                 out_attn[name] = coef.tolist()
         notes = [
-            f"attention times fitted by shape for {len(out_attn)} op(s) from the fleet's "
+            f"attention times fitted by shape for {len(out_attn)} op(s) from the calibration jobs' "
             "single-rank jobs"
         ]
         if attn and not out_attn:
@@ -160,12 +160,12 @@ class OpTimes:
 def calibrate_shapes(
     wh: Any, job: str, exclude: Sequence[str] = (), job_scale: Mapping[str, float] | None = None
 ) -> tuple[GemmCurve, OpTimes]:
-    """The GEMM curve and the attention fits of `job`'s device from one read of the fleet's
+    """The GEMM curve and the attention fits of `job`'s device from one read of the calibration jobs'
     op samples (jobs in `exclude` left out), each job's times divided by its `job_scale`
     (`WorkingSet.job_scales`: its state's slowdown against the base's)."""
-    from lumos.estimate.fleet_sql import fleet_rows
+    from lumos.estimate.calibration_sql import calibration_rows
 
-    (rows,), why = fleet_rows(wh, ["op_samples"], job, exclude)
+    (rows,), why = calibration_rows(wh, ["op_samples"], job, exclude)
     if why:
         return (
             GemmCurve(notes=[f"GEMM times not learned ({why})"]),

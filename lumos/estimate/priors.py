@@ -1,6 +1,6 @@
 """Priors for the calibration laws, for a host the warehouse has not measured yet.
 
-The calibration models (`comm`, `fleet.Contention`, `working_set`, `idle_gaps`) learn a device's
+The calibration models (`comm`, `contention.Contention`, `working_set`, `idle_gaps`) learn a device's
 laws from the warehouse's other jobs; a warehouse holding only the base job teaches none of them.
 A `HostPrior` is those laws as one corpus measured them on one kind of host, kept as a JSON file
 per device kind (`priors/cpu.json`, learned by `learn` from `tests/data/corpus`). Each model takes
@@ -21,7 +21,7 @@ PRIOR_DIR = Path(__file__).with_name("priors")
 
 @dataclass(frozen=True)
 class HostPrior:
-    """The fleet laws of one kind of host, and where they were learned (`source`)."""
+    """The calibration laws of one kind of host, and where they were learned (`source`)."""
 
     kind: str
     source: str
@@ -31,7 +31,7 @@ class HostPrior:
     bw_bytes_per_ns: float
     sync_alpha_ns: float
     exposed_wait_ns: float
-    # co-location (fleet.Contention): world size -> slowdown, and each job's ratio (intervals)
+    # co-location (contention.Contention): world size -> slowdown, and each job's ratio (intervals)
     contention: dict[int, float] = field(default_factory=dict)
     contention_ratios: dict[int, list[float]] = field(default_factory=dict)
     lockstep: dict[int, float] = field(default_factory=dict)
@@ -44,9 +44,10 @@ class HostPrior:
     # idle gaps (idle_gaps.IdleGaps): exponent and the log activation ratios it was learned over
     gamma: float = 0.0
     gamma_span: tuple[float, float] = (0.0, 0.0)
-    # attention ops (op_fleet.OpTimes): per op name, the coefficients of `attention_terms`
+    # attention ops (op_times.OpTimes): per op name, the coefficients of `attention_terms`
     attention: dict[str, list[float]] = field(default_factory=dict)
-    # the CPU cores of the host the fleet ran on (fleet.Contention: more ranks time-share them)
+    # the CPU cores of the host the calibration jobs ran on (contention.Contention: more ranks
+    # time-share them)
     cores: int = 0
 
     def cite(self) -> str:

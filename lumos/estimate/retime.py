@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from lumos.estimate.config import ModelConfig
-from lumos.estimate.layers import ROLE, ROLES, Template
 from lumos.estimate.memory import (
     EMBEDDING_TENSORS,
     HEAD_TENSORS,
@@ -23,6 +22,7 @@ from lumos.estimate.memory import (
     stage_layers,
     tensors_per_layer,
 )
+from lumos.estimate.template import ROLE, ROLES, Template
 from lumos_sql.taxonomy import is_attention
 
 GEMM_ROLES = ("gemm_qkv", "gemm_out", "gemm_up", "gemm_down", "gemm_head")

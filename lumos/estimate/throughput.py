@@ -122,7 +122,7 @@ def job_device(root: str | Path | None, job: str) -> Device:
     beside the estimator's template as device.json, stamped with the manifest's parts)."""
     import os
 
-    from lumos.estimate.layers import manifest_stamp, template_dir
+    from lumos.estimate.template import manifest_stamp, template_dir
 
     wh_root = Path(root or os.environ.get("LUMOS_WAREHOUSE") or "lumos_warehouse")
     wh_root = wh_root.expanduser().resolve()

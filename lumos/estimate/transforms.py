@@ -1,6 +1,6 @@
 """Graph transforms: from a base job's template to the task graph of another configuration.
 
-`build(tpl, structure)` regenerates the step of `lumos.estimate.layers`'s template for a target
+`build(tpl, structure)` regenerates the step of `lumos.estimate.template`'s template for a target
 *structure* (layers, pipeline degree and schedule, micro-batches, tensor-parallel degree) and
 returns an `EditedGraph`: a `kernels.graph.ReplayGraph` plus, per task, the class its duration
 follows. Durations that only depend on sizes are filled per configuration by `durations()`, so
@@ -18,8 +18,8 @@ import numpy as np
 
 from kernels.graph import ReplayGraph, csr_from_edges
 from lumos.estimate.config import RECOMPUTE
-from lumos.estimate.layers import BLOCK, ROLE, ROLES, Template
 from lumos.estimate.memory import stage_layers
+from lumos.estimate.template import BLOCK, ROLE, ROLES, Template
 
 N_ROLES = len(ROLES)
 SCHEDULES = ("1f1b", "gpipe")

@@ -17,13 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lumos.estimate.fleet_slope import (
+from lumos.estimate.slope_law import (
     MAX_LOG_RATIO,
     MIN_LOG_RATIO,
     Point,
     SlopeLaw,
+    calibration_sizes,
     fit_slope,
-    fleet_sizes,
     parse_points,
     points_from_rows,
     power_scale,
@@ -95,8 +95,8 @@ class WorkingSet(SlopeLaw):
         return self.spread[0] / self.run_speed, self.spread[1] / self.run_speed
 
     def job_scales(self) -> dict[str, float]:
-        """Each fleet job's fitted slowdown against the base, run speed included: dividing its
-        op samples by it leaves the shape curves (gemm_fleet, op_fleet) with the shape's effect
+        """Each calibration job's fitted slowdown against the base, run speed included: dividing its
+        op samples by it leaves the shape curves (gemm_curve, op_times) with the shape's effect
         alone, so that neither the state's nor the offset is counted twice (a target's times
         are multiplied by both again)."""
         return {job: math.exp(self.offset + self.beta * x) for job, x, _, _ in self.points}
@@ -104,7 +104,7 @@ class WorkingSet(SlopeLaw):
     def contention_scale(
         self, state: Callable[[str], float | None]
     ) -> Callable[[str, Sequence[Mapping[str, Any]]], float]:
-        """For `fleet.Contention.calibrate`: the slowdown a multi-rank job's training state
+        """For `contention.Contention.calibrate`: the slowdown a multi-rank job's training state
         gives its ops against the single-rank jobs they were compared with (`refs`: each with
         the job's time on the ops it shares; their time-weighted median log state is the
         reference). A pipeline rank holds half the layers: its ops run faster for it, which is
@@ -165,7 +165,7 @@ class WorkingSet(SlopeLaw):
         `exclude`; each job's state comes from its inferred configuration. `states` memoises
         each job's `state_of` (None: not inferable) across calls, e.g. one per held-out job of an
         accuracy check."""
-        rows, sizes, why = fleet_sizes(wh, "job_speed", job, exclude, states, 0, MAX_JOBS)
+        rows, sizes, why = calibration_sizes(wh, "job_speed", job, exclude, states, 0, MAX_JOBS)
         if why:
             return cls(notes=[f"working-set slowdown not learned ({why})"])
         return cls.from_rows(rows, sizes, sizes[job])
@@ -207,7 +207,7 @@ def _offset(points: Sequence[Point], beta: float) -> tuple[float, list[str]]:
     names = ", ".join(p[0] for p in good)
     pace = "faster" if mean > 0 else "slower"
     return offset, [
-        f"the base ran {100 * abs(math.expm1(-mean)):.1f}% {pace} than the {n} fleet job(s) "
+        f"the base ran {100 * abs(math.expm1(-mean)):.1f}% {pace} than the {n} calibration job(s) "
         f"at its state matched on most of their op time ({names}): a new run's CPU work "
         f"takes {n}/{n + 1} of that as its speed ({math.exp(offset):.3f}x)"
     ]

@@ -13,13 +13,13 @@
 -- Jobs in $exclude are left out.
 -- Columns: group size, message elements (first input's dims), mean blocking (ns), device kind,
 -- kind of sample ('sync' or 'exposed'; exposed rows carry the mean work duration over ranks),
--- job (a job with 'sync' rows runs its ranks in lock-step: lumos/estimate/fleet.py).
+-- job (a job with 'sync' rows runs its ranks in lock-step: lumos/estimate/contention.py).
 WITH dev AS (
-    SELECT kind FROM fleet_jobs($job, $exclude) WHERE is_base
+    SELECT kind FROM calibration_jobs($job, $exclude) WHERE is_base
 ), jobs AS (
     -- the waits of the base's kind of ops: a job on tensor subclasses (DTensor) waits for its
     -- peers' Python dispatch too
-    SELECT job, world, kind FROM fleet_jobs($job, $exclude)
+    SELECT job, world, kind FROM calibration_jobs($job, $exclude)
     WHERE world > 1
       AND (job IN (SELECT job FROM subclass_jobs($job, $exclude)))
           = ($job IN (SELECT job FROM subclass_jobs($job, $exclude)))

@@ -7,9 +7,9 @@
 -- Columns: group size (world size of the job), message elements (first input's dims), its
 -- duration (ns), the device kind ('cpu' or 'gpu'), the job.
 WITH dev AS (
-    SELECT kind FROM fleet_jobs($job, $exclude) WHERE is_base
+    SELECT kind FROM calibration_jobs($job, $exclude) WHERE is_base
 ), jobs AS (
-    SELECT job, world, kind FROM fleet_jobs($job, $exclude)
+    SELECT job, world, kind FROM calibration_jobs($job, $exclude)
 ), ar AS (
     SELECT e.job, e.rank, e.input_dims, e.dur_ns,
            row_number() OVER (PARTITION BY e.job, e.rank ORDER BY e.ts_ns, e.event_idx) AS k
