@@ -795,6 +795,56 @@ def _pool_size(workers: int, paths: Sequence[Path], sizes: Sequence[int]) -> int
 # ----------------------------------------------------------------------------- entry point
 
 
+def _known_files(
+    layout: Layout,
+    manifest: Manifest,
+    planned: list[PlannedFile],
+    shas: dict[int, str],
+    sizes: list[int],
+) -> tuple[dict[int, FileOutcome], list[int]]:
+    """The outcome of each planned file the warehouse already holds (hashed first, `shas`):
+    unchanged, or still refused; and the indices of the others, which are to be parsed."""
+    outcomes: dict[int, FileOutcome] = {}
+    todo: list[int] = []
+    for i, p in enumerate(planned):
+        sha = shas.get(i)
+        if sha is None:
+            todo.append(i)
+            continue
+        prev = manifest.get(p.job, sha)
+        if prev is None and not p.job_given:
+            prev = _ingested_under_declared_job(layout, manifest, sha)
+        if prev is None:  # a later profiling window of the job, placed at its first ingest
+            prev = next(
+                (
+                    r
+                    for r in manifest.by_sha.get(sha, [])
+                    if r["status"] == "ok" and windows.is_window_of(r["job"], p.job)
+                ),
+                None,
+            )
+        if prev is None or (
+            prev["status"] == "refused"
+            and any(m in (prev["error"] or "") for m in RETRIED_REFUSALS)
+        ):
+            todo.append(i)
+            continue
+        status = prev["status"]
+        outcomes[i] = FileOutcome(
+            str(p.path),
+            prev["job"],
+            prev["rank"],
+            sha,
+            sizes[i],
+            "unchanged" if status == "ok" else "still refused",
+            status,
+            prev["error"],
+            prev["n_events"] if status == "ok" else 0,
+            f"already in the warehouse (from {prev['path']})",
+        )
+    return outcomes, todo
+
+
 def ingest(
     paths: Sequence[str | os.PathLike[str]],
     *,
@@ -837,44 +887,7 @@ def ingest(
             zip(first, pool.map(sha256_file, (planned[i].path for i in first)), strict=True)
         )
 
-    outcomes: dict[int, FileOutcome] = {}
-    todo: list[int] = []
-    for i, p in enumerate(planned):
-        sha = shas.get(i)
-        if sha is None:
-            todo.append(i)
-            continue
-        prev = manifest.get(p.job, sha)
-        if prev is None and not p.job_given:
-            prev = _ingested_under_declared_job(layout, manifest, sha)
-        if prev is None:  # a later profiling window of the job, placed at its first ingest
-            prev = next(
-                (
-                    r
-                    for r in manifest.by_sha.get(sha, [])
-                    if r["status"] == "ok" and windows.is_window_of(r["job"], p.job)
-                ),
-                None,
-            )
-        if prev is None or (
-            prev["status"] == "refused"
-            and any(m in (prev["error"] or "") for m in RETRIED_REFUSALS)
-        ):
-            todo.append(i)
-            continue
-        status = prev["status"]
-        outcomes[i] = FileOutcome(
-            str(p.path),
-            prev["job"],
-            prev["rank"],
-            sha,
-            sizes[i],
-            "unchanged" if status == "ok" else "still refused",
-            status,
-            prev["error"],
-            prev["n_events"] if status == "ok" else 0,
-            f"already in the warehouse (from {prev['path']})",
-        )
+    outcomes, todo = _known_files(layout, manifest, planned, shas, sizes)
 
     bytes_total = sum(sizes)
     done_bytes = sum(sizes[i] for i in outcomes)
