@@ -1,3 +1,5 @@
+-- reads: traces, {{trace_meta_glob}}
+-- writes: trace_meta
 -- trace_meta: each trace's top-level keys other than traceEvents (deviceProperties,
 -- distributedInfo, schemaVersion, baseTimeNanoseconds, ...), the value as JSON text.
 CREATE OR REPLACE VIEW trace_meta AS

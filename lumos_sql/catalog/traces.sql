@@ -1,3 +1,5 @@
+-- reads: {{traces_glob}}
+-- writes: traces
 -- traces: the manifest, one row per (job, sha256): its latest state. Older rows of the same file
 -- (history) are dropped; ties on ingested_at go to the later part file.
 CREATE OR REPLACE VIEW traces AS

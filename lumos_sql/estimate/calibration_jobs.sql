@@ -1,3 +1,5 @@
+-- reads: events, traces
+-- writes: borrowed_attention, calibration_jobs, foreign_attention, subclass_jobs
 -- calibration_jobs(base, excl): the warehouse's jobs an estimator query learns from, one row each:
 -- the
 -- base job and every job not in `excl` (an accuracy check never learns from the run it

@@ -1,3 +1,5 @@
+-- reads: calibration_jobs, events, subclass_jobs
+-- writes: none
 -- collective_waits: what *synchronous* and *exposed* all-reduces cost the step, on the same
 -- kind of device as job $job (lumos/estimate/comm.py). Megatron-style tensor parallelism
 -- blocks the calling thread on every all-reduce, so what the step pays is not the transfer alone

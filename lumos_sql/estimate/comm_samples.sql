@@ -1,3 +1,5 @@
+-- reads: calibration_jobs, events
+-- writes: none
 -- comm_samples: all-reduces the warehouse holds on the same kind of device as job $job, to fit
 -- the estimator's collective cost (lumos/estimate/comm.py). gloo writes a `gloo:all_reduce`
 -- annotation per rank (its duration includes waiting for the peers); the k-th on each rank of a

@@ -1,3 +1,5 @@
+-- reads: calibration_jobs, events, subclass_jobs
+-- writes: none
 -- contention: how much slower the same operator runs when a job's ranks share one device, learned
 -- from the warehouse's own jobs (lumos/estimate/contention.py). CPU ranks of one job share the
 -- host's

@@ -1,3 +1,5 @@
+-- reads: calibration_jobs, trace_meta
+-- writes: none
 -- host_cores: the CPU cores of the host each calibration job ran on, where its recorder wrote them
 -- (`lumos groundtruth`: `lumos_groundtruth.host_cores` in every trace); jobs without are left
 -- out. Ranks beyond the cores time-share them, their collectives too: comm.py learns a

@@ -1,3 +1,5 @@
+-- reads: calibration_jobs, events, subclass_jobs
+-- writes: none
 -- job_gaps: how long the idle gaps between top-level operators last in the warehouse's other jobs
 -- than in the base job, on the same device and world size (lumos/estimate/idle_gaps.py). On a
 -- CPU the gap before an op is Python and the allocator: the interpreter runs the model's code,

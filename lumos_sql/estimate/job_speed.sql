@@ -1,3 +1,5 @@
+-- reads: calibration_jobs, events, subclass_jobs
+-- writes: none
 -- job_speed: how fast the same operators run in the warehouse's other jobs than in the base job,
 -- on the same device and world size (lumos/estimate/working_set.py). On a CPU the training state
 -- (weights, gradients, optimizer moments, activations) competes for the caches, so an op of

@@ -1,3 +1,5 @@
+-- reads: distributed_info, job_events, trace_meta
+-- writes: none
 -- estimate/meta: per rank, world size and process groups (distributedInfo) and device memory
 -- (deviceProperties[0].totalGlobalMem), for the parallel degrees and the memory check; the CPU
 -- cores of the recording host where the recorder wrote them (`lumos groundtruth`'s

@@ -1,3 +1,5 @@
+-- reads: calibration_jobs, events
+-- writes: none
 -- op_samples: what each operator costs at each input shape on job $job's device, from the
 -- warehouse's single-rank jobs: the samples of the estimator's shape curves (GEMMs in
 -- lumos/estimate/gemm_curve.py; attention and memory-bound ops in lumos/estimate/op_times.py).

@@ -1,3 +1,5 @@
+-- reads: job_events
+-- writes: none
 -- template_tasks: the top-level CPU operators of every traced step of job $job, on the thread that
 -- holds the step's ProfilerStep annotation and on any thread running autograd backward functions
 -- inside the step (GPU jobs run the backward on the autograd engine's thread), labelled for the

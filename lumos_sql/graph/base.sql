@@ -1,3 +1,5 @@
+-- reads: g_ev
+-- writes: g_gpu, g_gpu0, g_groups, g_rt0, g_rt1
 -- Building blocks of the graph of the job in g_ev (run after graph/events):
 --   g_groups  top-level CPU operations per thread (nested ops folded into their top-level parent)
 --   g_rt      runtime calls (cudaLaunchKernel, cudaMemcpyAsync, hip*, legacy `Runtime`...), each

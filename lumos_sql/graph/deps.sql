@@ -1,3 +1,6 @@
+-- reads: g_const, g_ev, g_rt1, tasks
+-- writes: deps, g_edge_cs, g_edge_inf, g_edge_sm, g_edge_thread, g_gpu_t, g_thread_pred, g_waits,
+--         tasks
 -- deps: the fixed dependencies of the job's graph (run after graph/tasks), one row per edge
 -- (job, rank, src, dst, kind). Processor order (same thread, same stream) is not repeated here:
 -- it is the order of task ids on each `tasks.proc`. Runtime dependencies (syncs, event records)

@@ -1,3 +1,5 @@
+-- reads: deps, g_const, g_gpu_t, tasks
+-- writes: g_slack
 -- g_slack: per rank, the GPU start delays that no edge of the graph explains (a quality flag):
 -- for each GPU task, its traced start minus the latest of (launch end + launch latency + gap,
 -- stream predecessor end + gap, inter-stream predecessor end + gap); delays above 2 gaps + 2 us

@@ -1,3 +1,5 @@
+-- reads: replay_quality
+-- writes: none
 -- replay_health: per rank and metric of one job, the model replay's error over complete steps,
 -- the trace's unexplained GPU slack, and how many of its collectives found no peers. Feeds the
 -- `replay_accuracy` asset check (pipelines/checks_replay.py). Parameter: $job.

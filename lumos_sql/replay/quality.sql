@@ -1,3 +1,5 @@
+-- reads: g_slack, iteration_replay
+-- writes: none
 -- replay_quality: per job, rank and mode, the median and max replay error of each metric over the
 -- complete steps (neither warm-up nor truncated), beside the trace's unexplained GPU slack.
 SELECT q.job, q.rank, q.mode, q.metric,
