@@ -19,7 +19,7 @@ MAX_FUNCTION_LINES = 150
 NUMBA_DECORATORS = frozenset({"njit", "jit", "vectorize", "guvectorize", "kernel"})
 # a path to a markdown file or into docs/, as code and docs name them
 DOC_REF = re.compile(r"(?<![\w./-])((?:\.{1,2}/)?[\w./-]*\.md|docs/[\w./-]*\w)\b(?!\()")
-GONE = re.compile(r"field[- ]notes|\.notes/", re.IGNORECASE)
+GONE = re.compile(r"field[- ]notes|\.notes/|\bnotes §", re.IGNORECASE)
 
 
 def _sources() -> list[Path]:
@@ -128,4 +128,5 @@ def test_the_checks_see_what_they_check() -> None:
         "lumos/fake.py:1: .notes/x.md",
     ]
     assert GONE.search("(field-notes §4)") and GONE.search("field notes §7")
+    assert GONE.search("costs 2-3x (notes §4)") and not GONE.search("Module notes")
     assert _bare_numbers("WHERE late > 2 * gap_ns + 2000 -- 50000\nAND x = '10000'") == ["1: 2000"]

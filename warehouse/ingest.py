@@ -379,7 +379,7 @@ def _parse_one(task: _Task) -> _Staged:
     events_tmp, meta_tmp = str(base) + ".events.parquet", str(base) + ".meta.parquet"
     job, rank = planned.job, provisional_rank(planned)
     gc_was_enabled = gc.isenabled()
-    gc.disable()  # bulk parsing allocates millions of objects; the cyclic GC costs 2-3x (notes §4)
+    gc.disable()  # bulk parsing allocates millions of objects; the cyclic GC costs 2-3x
     writer = None
     try:
         trace = open_trace(planned.path)
