@@ -6,7 +6,7 @@ Ingests the corpus into a temporary warehouse, opens the estimator of the base a
 every configuration of the base's family. For each: the measured step without the profiler (the
 median of the three runs' medians, as the corpus README scores), lumos's estimate, and the naive
 rule (the base's measured step without the profiler scaled by the model FLOPs ratio: the rule
-field-notes §8 compares against, given the measurement a trace does not have), with their errors; then the mean
+docs/estimate-gpu.md compares against, given the measurement a trace does not have), with their errors; then the mean
 and max |error| over the configurations other than the base, and the CPU time of one estimate
 and of a sweep over all of them on the warm estimator.
 """

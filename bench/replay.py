@@ -1,4 +1,4 @@
-"""Benchmark of the replay kernel against the bare list-scheduling recurrence (issue 3 item 7).
+"""Benchmark of the replay kernel against the bare list-scheduling recurrence.
 
 Run: ``NUMBA_CACHE_DIR=.numba_cache .venv/bin/python bench/replay.py [--tasks N] [--runs K]``.
 
@@ -14,7 +14,7 @@ Run: ``NUMBA_CACHE_DIR=.numba_cache .venv/bin/python bench/replay.py [--tasks N]
 2. Sweep: configs/s of `replay_sweep` on a 50k-task graph with per-config durations (makespans
    only), serial (one core, CPU time) and ``prange`` over both cores (wall time).
 
-Targets (issue 3 item 7, issue 5 item 6): kernel >= 30M tasks/s per core; sweep >= 500 configs/s
+Targets: kernel >= 30M tasks/s per core; sweep >= 500 configs/s
 per core for a 50k-task base graph. Each is printed with whether it is met in this run. Graph
 building is never timed; the replay calls are timed whole (Python wrapper included).
 """
@@ -30,8 +30,8 @@ from numba import njit
 from kernels.replay import replay_batch, replay_sweep
 from kernels.synthetic import training_like_graph
 
-KERNEL_TARGET = 30e6  # tasks/s per core (issue 3)
-SWEEP_TARGET = 500.0  # configs/s per core on a 50k-task graph (issue 5)
+KERNEL_TARGET = 30e6  # tasks/s per core
+SWEEP_TARGET = 500.0  # configs/s per core on a 50k-task graph
 
 
 @njit(cache=True)

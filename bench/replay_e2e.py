@@ -1,5 +1,4 @@
-"""End-to-end benchmark: lumos graph build + replay + critical path vs HTA's critical path (issue 3
-item 7, second half). Not run in CI.
+"""End-to-end benchmark: lumos graph build + replay + critical path vs HTA's critical path. Not run in CI.
 
 Run: ``NUMBA_CACHE_DIR=.numba_cache .venv/bin/python bench/replay_e2e.py [--trace F] [--runs K]``
 (needs the `bench` extra: ``pip install -e '.[bench]'``, holistictraceanalysis 0.5.0).

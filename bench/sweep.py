@@ -29,7 +29,7 @@ import numpy as np
 
 
 def synthetic_template(layers: int, mbs: int):  # noqa: ANN201
-    from lumos.estimate.layers import BLOCK, ROLE, Template
+    from lumos.estimate.template import BLOCK, ROLE, Template
 
     rng = np.random.default_rng(0)
     f_roles = ["tok_h", "gemm_qkv"] + ["const"] * 8 + ["attn", "gemm_out", "tok_h", "tok_h",

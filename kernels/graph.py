@@ -2,58 +2,12 @@
 
 This is the array contract between whoever builds execution graphs (the warehouse SQL) and the
 replay kernel in `kernels.replay`. Everything is a contiguous numpy array; task and processor ids
-are int64 and *local to one graph* (0..n-1, 0..P-1); times are int64 nanoseconds relative to the
-graph's own origin (keep them small: never epoch timestamps).
-
-Tasks (length n each)
----------------------
-``proc``        processor of the task. One processor per CPU thread and one per GPU stream. A
-                processor runs one task at a time, **in increasing task-id order**: the tasks of a
-                processor, taken by ascending id, are its queue (same-thread / same-stream order is
-                implied by the ids and must not be repeated as edges).
-``dur_ns``      duration (>= 0). For a collective participant: its transfer time (see below).
-``delay_ns``    gap (>= 0) that elapses after the task's processor is free *and* its fixed
-                predecessors (plus edge latencies) are done, before the task starts:
-                ``start = max(processor free, max(pred end + edge latency)) + delay``. Used for
-                the idle gap before a top-level CPU op, the inter-op gap on a stream, etc.
-``kind``        `Kind` code, informational (the kernel's behaviour comes from the arrays below);
-                checked against the processor type (GPU kinds on streams, CPU kinds on threads).
-``launch_src``  for a GPU task, the CPU task whose completion enqueues it (cudaLaunchKernel,
-                cudaMemcpyAsync, cudaStreamWaitEvent...), else -1. Each CPU task launches at most
-                one GPU task, and the edge launch -> GPU task must also be in the dependencies
-                (that is where the launch latency goes). A GPU task without a launch counts as
-                enqueued from time 0.
-``rt_mode``     runtime dependency (`Rt` code), resolved during the simulation:
-                STREAM: wait for the last task enqueued on stream ``rt_arg`` when this task starts;
-                DEVICE: the same for every stream of device ``rt_arg``;
-                RECORD: an event record on stream ``rt_arg``: captures that stream's last enqueued
-                task when it starts, waits for nothing;
-                EVENT:  wait for the task captured by the RECORD task ``rt_arg`` (event
-                synchronize on a CPU thread, or a zero-length GPU "wait" task on another stream
-                for cudaStreamWaitEvent: later tasks of that stream then wait through stream order).
-                A waiting task ends at ``max(start + dur, target end + rt_lat_ns)``.
-``rt_arg``      stream processor id (STREAM, RECORD), device id (DEVICE), task id (EVENT), else -1.
-``rt_lat_ns``   return latency of a waiting task after its target ends (>= 0).
-``coll``        collective id (dense 0..C-1 within the graph) or -1. All tasks of one id are the
-                participants of one collective (one per rank, each on its own processor). A
-                participant arrives at its start; the transfer begins when the last one arrives,
-                and each participant ends at ``last arrival + its dur``; the difference to its own
-                start is waiting for peers.
-
-Fixed dependencies (CSR over destinations)
-------------------------------------------
-``dep_ptr`` (n+1), ``dep_src`` (m), ``dep_lat_ns`` (m, >= 0): the predecessors of task ``d`` are
-``dep_src[dep_ptr[d]:dep_ptr[d+1]]`` with the matching latencies.
-
-Processors
-----------
-``proc_device`` (P): device id (dense 0..D-1) of each GPU stream, -1 for a CPU thread.
-
-"Enqueued on a stream at time t": the tasks of a stream enqueue in stream order; the enqueued
-prefix at ``t`` is the longest prefix of the stream's queue whose launches ended at or before
-``t`` (ties at exactly ``t`` go by processing order, see `kernels.replay`).
-
-Multi-rank graphs are one graph whose processors are those of every rank; collectives join them.
+are int64 and local to one graph; times are int64 nanoseconds relative to the graph's own origin.
+Per task: ``proc`` (a processor runs its tasks in increasing id order), ``dur_ns``, ``delay_ns``,
+``kind``, ``launch_src``, ``rt_mode``/``rt_arg``/``rt_lat_ns`` (runtime dependencies) and ``coll``;
+fixed dependencies as CSR over destinations (``dep_ptr``, ``dep_src``, ``dep_lat_ns``); per
+processor ``proc_device``. Multi-rank graphs are one graph whose processors are those of every
+rank; collectives join them. Every array's meaning: docs/replay.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -113,6 +67,86 @@ def _i64(name: str, a: object, n: int | None, source: str) -> np.ndarray:
 
 def _first_bad(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
+
+
+def _kinds(kind: object, is_gpu_task: np.ndarray, n: int, source: str) -> np.ndarray:
+    """The tasks' `Kind` codes, checked against their processor (GPU kinds on streams only);
+    omitted: CPU_OP on threads, GPU_KERNEL on streams."""
+    if kind is None:
+        return np.where(is_gpu_task, int(Kind.GPU_KERNEL), int(Kind.CPU_OP)).astype(np.int8)
+    kind_i = _i64("kind", kind, n, source)
+    gpu_kind = np.isin(kind_i, [int(k) for k in GPU_KINDS])
+    cpu_kind = np.isin(kind_i, [int(k) for k in CPU_KINDS])
+    if (~(gpu_kind | cpu_kind)).any():
+        i = _first_bad(~(gpu_kind | cpu_kind))
+        raise GraphError(f"{source}: kind[{i}]={kind_i[i]} is not a Kind code")
+    if (gpu_kind != is_gpu_task).any():
+        i = _first_bad(gpu_kind != is_gpu_task)
+        where = "a GPU stream" if is_gpu_task[i] else "a CPU thread"
+        raise GraphError(f"{source}: task {i} has kind {Kind(kind_i[i]).name} but runs on {where}")
+    return kind_i.astype(np.int8)
+
+
+def _launches(
+    lsrc: np.ndarray, is_gpu_task: np.ndarray, src: np.ndarray, dst: np.ndarray, source: str
+) -> np.ndarray:
+    """Check `launch_src` (CPU tasks launch GPU tasks, one each, through a dependency edge) and
+    return its inverse: the GPU task each task launches, or -1."""
+    n = lsrc.shape[0]
+    has_launch = lsrc >= 0
+    if (lsrc < -1).any() or (lsrc >= n).any():
+        i = _first_bad((lsrc < -1) | (lsrc >= n))
+        raise GraphError(f"{source}: launch_src[{i}]={lsrc[i]} outside -1..{n - 1}")
+    if (has_launch & ~is_gpu_task).any():
+        i = _first_bad(has_launch & ~is_gpu_task)
+        raise GraphError(f"{source}: task {i} has a launch but runs on a CPU thread")
+    launchers = lsrc[has_launch]
+    if launchers.size and is_gpu_task[launchers].any():
+        i = int(np.flatnonzero(has_launch)[_first_bad(is_gpu_task[launchers])])
+        raise GraphError(f"{source}: task {i} is launched by GPU task {lsrc[i]}")
+    uniq, counts = np.unique(launchers, return_counts=True)
+    if (counts > 1).any():
+        raise GraphError(f"{source}: CPU task {uniq[counts > 1][0]} launches several GPU tasks")
+    launch_dst = np.full(n, -1, np.int64)
+    launch_dst[launchers] = np.flatnonzero(has_launch)
+    if launchers.size:
+        edge_keys = dst * n + src
+        want = np.flatnonzero(has_launch) * n + launchers
+        absent = ~np.isin(want, edge_keys)
+        if absent.any():
+            g = int(want[absent][0] // n)
+            raise GraphError(
+                f"{source}: launch edge {lsrc[g]} -> {g} missing from the dependencies"
+            )
+    return launch_dst
+
+
+def _collectives(
+    coll_a: np.ndarray, proc_a: np.ndarray, launch_dst: np.ndarray, n_procs: int, source: str
+) -> np.ndarray:
+    """Check `coll` (dense ids, no launch, one participant per processor) and return the number
+    of participants of each collective."""
+    if (coll_a < -1).any():
+        raise GraphError(f"{source}: coll[{_first_bad(coll_a < -1)}] < -1")
+    in_coll = coll_a >= 0
+    n_coll = int(coll_a.max()) + 1 if in_coll.any() else 0
+    coll_size = np.bincount(coll_a[in_coll], minlength=n_coll).astype(np.int64)
+    if (coll_size == 0).any():
+        raise GraphError(
+            f"{source}: collective ids must be dense: id {_first_bad(coll_size == 0)} unused"
+        )
+    if (in_coll & (launch_dst >= 0)).any():
+        raise GraphError(
+            f"{source}: task {_first_bad(in_coll & (launch_dst >= 0))} is a collective and a launch"
+        )
+    pair = coll_a[in_coll] * n_procs + proc_a[in_coll]
+    u, c = np.unique(pair, return_counts=True)
+    if (c > 1).any():
+        raise GraphError(
+            f"{source}: collective {u[c > 1][0] // n_procs} has two participants on processor "
+            f"{u[c > 1][0] % n_procs} (it could never complete)"
+        )
+    return coll_size
 
 
 @dataclass(frozen=True, eq=False)
@@ -219,23 +253,7 @@ class ReplayGraph:
             )
         is_gpu_task = pdev[proc_a] >= 0 if n else np.zeros(0, bool)
 
-        # kinds
-        if kind is None:
-            kind_a = np.where(is_gpu_task, int(Kind.GPU_KERNEL), int(Kind.CPU_OP)).astype(np.int8)
-        else:
-            kind_i = _i64("kind", kind, n, source)
-            gpu_kind = np.isin(kind_i, [int(k) for k in GPU_KINDS])
-            cpu_kind = np.isin(kind_i, [int(k) for k in CPU_KINDS])
-            if (~(gpu_kind | cpu_kind)).any():
-                i = _first_bad(~(gpu_kind | cpu_kind))
-                raise GraphError(f"{source}: kind[{i}]={kind_i[i]} is not a Kind code")
-            if (gpu_kind != is_gpu_task).any():
-                i = _first_bad(gpu_kind != is_gpu_task)
-                where = "a GPU stream" if is_gpu_task[i] else "a CPU thread"
-                raise GraphError(
-                    f"{source}: task {i} has kind {Kind(kind_i[i]).name} but runs on {where}"
-                )
-            kind_a = kind_i.astype(np.int8)
+        kind_a = _kinds(kind, is_gpu_task, n, source)
 
         for name, a in (("dur_ns", dur), ("delay_ns", delay), ("rt_lat_ns", rlat)):
             if (a < 0).any():
@@ -258,32 +276,7 @@ class ReplayGraph:
             e = _first_bad(src == dst)
             raise GraphError(f"{source}: task {dst[e]} depends on itself")
 
-        # launches
-        has_launch = lsrc >= 0
-        if (lsrc < -1).any() or (lsrc >= n).any():
-            i = _first_bad((lsrc < -1) | (lsrc >= n))
-            raise GraphError(f"{source}: launch_src[{i}]={lsrc[i]} outside -1..{n - 1}")
-        if (has_launch & ~is_gpu_task).any():
-            i = _first_bad(has_launch & ~is_gpu_task)
-            raise GraphError(f"{source}: task {i} has a launch but runs on a CPU thread")
-        launchers = lsrc[has_launch]
-        if launchers.size and is_gpu_task[launchers].any():
-            i = int(np.flatnonzero(has_launch)[_first_bad(is_gpu_task[launchers])])
-            raise GraphError(f"{source}: task {i} is launched by GPU task {lsrc[i]}")
-        uniq, counts = np.unique(launchers, return_counts=True)
-        if (counts > 1).any():
-            raise GraphError(f"{source}: CPU task {uniq[counts > 1][0]} launches several GPU tasks")
-        launch_dst = np.full(n, -1, np.int64)
-        launch_dst[launchers] = np.flatnonzero(has_launch)
-        if launchers.size:
-            edge_keys = dst * n + src
-            want = np.flatnonzero(has_launch) * n + launchers
-            absent = ~np.isin(want, edge_keys)
-            if absent.any():
-                g = int(want[absent][0] // n)
-                raise GraphError(
-                    f"{source}: launch edge {lsrc[g]} -> {g} missing from the dependencies"
-                )
+        launch_dst = _launches(lsrc, is_gpu_task, src, dst, source)
 
         # runtime dependencies
         if ((mode < 0) | (mode > int(Rt.RECORD))).any():
@@ -302,27 +295,7 @@ class ReplayGraph:
             if launch_dst[i] >= 0 or coll_a[i] >= 0:
                 raise GraphError(f"{source}: task {i} waits at runtime and also launches/collects")
 
-        # collectives
-        if (coll_a < -1).any():
-            raise GraphError(f"{source}: coll[{_first_bad(coll_a < -1)}] < -1")
-        in_coll = coll_a >= 0
-        n_coll = int(coll_a.max()) + 1 if in_coll.any() else 0
-        coll_size = np.bincount(coll_a[in_coll], minlength=n_coll).astype(np.int64)
-        if (coll_size == 0).any():
-            raise GraphError(
-                f"{source}: collective ids must be dense: id {_first_bad(coll_size == 0)} unused"
-            )
-        if (in_coll & (launch_dst >= 0)).any():
-            raise GraphError(
-                f"{source}: task {_first_bad(in_coll & (launch_dst >= 0))} is a collective and a launch"
-            )
-        pair = coll_a[in_coll] * n_procs + proc_a[in_coll]
-        u, c = np.unique(pair, return_counts=True)
-        if (c > 1).any():
-            raise GraphError(
-                f"{source}: collective {u[c > 1][0] // n_procs} has two participants on processor "
-                f"{u[c > 1][0] % n_procs} (it could never complete)"
-            )
+        coll_size = _collectives(coll_a, proc_a, launch_dst, n_procs, source)
 
         # derived CSR views
         order = np.argsort(src, kind="stable")

@@ -1,22 +1,11 @@
 """Interval-union arithmetic and critical-path attribution over schedules, in numba.
 
-Used by `lumos.explain` (the breakdown, SM-utilisation and critical-path tables). Everything takes
-contiguous int64 arrays of nanoseconds and does no I/O.
-
-Timeline
---------
-`timeline(start, end, cls)` turns intervals of up to 8 classes (e.g. 0 = compute, 1 =
-communication) into elementary segments: ``bounds[i] .. bounds[i + 1]`` has the bit mask of the
-classes with at least one interval covering it (overlaps within a class count once: this is the
-union). `cumulative(bounds, mask, n_masks, points)` then gives, for each query point x, the time
-spent in each mask before x, so any window ``[a, b]`` is ``cum(b) - cum(a)``: one sweep serves
-every step's breakdown and every 1 ms bin of the SM-utilisation timeline.
-
-Critical path
--------------
-`critical_walk` follows the replay kernel's ``crit_src`` (what bound each task's end) back from a
-step's last task and splits ``[window start, last end]`` into contiguous pieces, one per path
-node: the node's own execution and the gap before it (see the function's docstring).
+Used by `lumos.explain`. Everything takes contiguous int64 arrays of nanoseconds and does no I/O.
+`timeline(start, end, cls)` turns intervals of up to 8 classes into elementary segments with the
+bit mask of the classes covering each; `cumulative` then gives the time spent in each mask before
+any query point, so one sweep serves every step's breakdown and every SM-utilisation bin.
+`critical_walk` follows the replay kernel's ``crit_src`` back from a step's last task (see the
+function's docstring).
 """
 
 from __future__ import annotations

@@ -1,71 +1,14 @@
 """Replay of execution graphs: list scheduling with fixed and runtime dependencies, in numba.
 
-The array contract of a graph is in `kernels.graph` (read it first). This module simulates it:
-
-Rules
------
-* Each processor runs its queue in task-id order. A task becomes *ready* when its fixed
-  predecessors are done; it starts at ``max(processor free, max(pred end + edge latency)) + delay``
-  and normally ends at ``start + dur``.
-* Lumos's runtime dependencies are resolved at the simulated moment they happen. The simulation
-  is event driven: processors whose head task is ready sit in a heap keyed by that task's start
-  time, so tasks start in non-decreasing time order. When a STREAM/DEVICE/RECORD task starts at
-  ``t`` it looks at the stream's enqueued prefix (launch ended at or before ``t``) and takes its
-  last task as target. A waiting task (STREAM, DEVICE, EVENT) ends at
-  ``max(start + dur, target end + rt_lat)``; while it waits its processor is blocked. An EVENT
-  wait also ends no earlier than its RECORD task's start (a wait the graph matched to a record
-  that the replay runs later waits for that record, so simulated time never runs backwards).
-* Launch-queue back-pressure (field notes §7): each device has a launch queue of ``Q =
-  queue_depth`` entries (0 disables it) holding its GPU tasks that are launched but not started
-  (a task is launched when its launch task completes; launch-less GPU tasks are not counted). A
-  launch whose end (by every other rule) comes at ``e`` completes at ``e`` if fewer than Q tasks of
-  its device are outstanding then; otherwise it is held, and held launches take the slots freed
-  by the device's GPU starts in the order they were held (by ``e``, then processor id): a held
-  launch ends at the start that freed its slot, and that start is its bound (`Crit.QUEUE`).
-  Equivalently, the launches of a device sorted by ``(e, processor)``: the k-th (from 0) ends at
-  ``max(e, start of the device's (k-Q)-th launched GPU task to start)``. Counting outstanding
-  tasks, not launch numbers, is what the hardware does: GPU tasks need not start in launch order
-  (an NCCL kernel waits on its stream while later launches on other streams run past it), and a
-  launch never waits for a task queued behind its own (stream order is the graph's, launches run
-  in simulated order). The decision is a heap event at ``e`` (processor state 4), so it sees every
-  GPU start and every other launch up to ``e``. A held launch is not enqueued on its stream.
-* Collectives: a participant arrives at its start; when the last participant arrives at ``T``,
-  every participant ends at ``T + its dur``.
-* Ties: at equal start times, tasks that read the stream state (STREAM, DEVICE, RECORD) start after
-  all other tasks, then lower processor id first. So a launch that ends exactly when a sync starts
-  counts as enqueued if it was processed first; a launch still held by back-pressure never does.
-* A graph whose tasks cannot all run (a dependency cycle, a collective with a participant that
-  never arrives) is reported with status DEADLOCK; unfinished tasks keep ``end = -1``.
-
-Outputs per task: ``start_ns``, ``end_ns``, ``crit_src``/``crit_kind`` (what bound the task's end:
-`Crit` code and the task responsible: the processor predecessor, the fixed predecessor, the
-runtime target, the GPU task whose start freed its launch-queue slot, or the last collective
-arrival; following ``crit_src`` back from the last task gives the critical path), and ``rt_src``
-(the resolved runtime target of STREAM/DEVICE/EVENT tasks, the captured task of RECORD tasks).
-Per instance: makespan (latest end) and status.
-
-Batches: instances name a graph of a `GraphBatch` and where their durations and delays start in a
-pool array, so thousands of sweep variants share one structure without copies (`replay_sweep`
-takes a 2-D ``dur[config, task]``). Every instance runs the same single-instance code, in a
-``prange`` loop or a plain one: the results are identical either way.
-
-Linear pass (`_replay_linear`, the default; ``eager=False`` runs only the simulation): most of a
-schedule is a fixed DAG, so it is computed in one sweep over a processing order built once per
-graph (`_linear_order`, cached with `linear_plan`, reused by every duration vector of a batch or
-sweep). The simulated-time parts are resolved from final values or checked after the sweep:
-stream scans (a launch of another thread not yet computed must end after the reader starts),
-collectives (every arrival before any end; equal arrival times fall back) and back-pressure (the
-sweep assumes no launch is held, then bounds each device's outstanding count at every launch).
-Whatever it cannot prove sends the instance to the simulation, so schedules are always the
-simulation's (tests compare them with a frozen copy, `tests/replay_oracle.py`).
-
-Speed of the simulation (see `bench/replay.py`): one compiled kernel serves serial and parallel calls; instances are
-split into one contiguous range per thread, each reusing its working memory, and that memory is
-kept from call to call (fresh pages cost a fault each on first touch). A task's working state is
-one 32-byte row, and plain CPU tasks skip the heap (`_replay_one`'s ``eager``), as does any event
-that the heap would hand straight back (nothing else pending and its key below the heap's top:
-most launch-queue decisions, many GPU starts); the heap itself is written out in the loop, as
-numba's inlined helpers taking arrays cost reference counting per call.
+The array contract of a graph is in `kernels.graph` (read it first). Each processor runs its queue
+in task-id order; a ready task starts at ``max(processor free, max(pred end + edge latency)) +
+delay``. Runtime dependencies (stream, device and event waits), launch-queue back-pressure and
+collectives are resolved at the simulated moment they happen, in an event-driven simulation; a
+linear pass (`_replay_linear`, the default) computes most schedules in one sweep over an order
+built once per graph and falls back to the simulation for whatever it cannot prove, so schedules
+are always the simulation's. Outputs per task: start, end, what bound its end (``crit_src``,
+``crit_kind``) and the resolved runtime target; per instance: makespan and status. The rules, tie
+breaks, batches and speed: docs/replay.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 A `lumos` process imports numba, pyarrow and DuckDB: ~10^6 objects that the interpreter's
 finalisation walks and frees one by one (a last garbage collection, then every module's dict)
-before the operating system reclaims the same memory at once. That teardown cost 0.13 s of CPU
-per command (a 54 MB trace's whole ingest is 1.0 s). `exit_now` ends the process as the
+before the operating system reclaims the same memory at once, a tenth of a small ingest's CPU
+(docs/warehouse.md, "Module notes"). `exit_now` ends the process as the
 interpreter would, less that walk: non-daemon threads are joined, `atexit` handlers run (thread
 and process pools, `weakref.finalize`), the standard streams are flushed, then `os._exit`.
 Only for the console script's last step: nothing may still hold unwritten data in a Python object.

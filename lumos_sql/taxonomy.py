@@ -3,8 +3,8 @@
 The rules are data (`COMM_RULES`, `CLASS_RULES`). Python asks `op_class`, `comm_part` and the
 `is_*` functions; SQL calls DuckDB macros of the same names that `install` renders from the same
 rules, together with the task-kind and runtime-dependency codes of `kernels.graph` as
-`kind_<name>()` and `rt_<name>()`. `tests/test_taxonomy.py` checks that both agree on every event
-name of the shared traces. The catalog file holds the macros (`warehouse.catalog.build_catalog`),
+`kind_<name>()` and `rt_<name>()`, and the graph rules' named thresholds (`thresholds`).
+`tests/test_taxonomy.py` checks that both agree on every event name of the shared traces. The catalog file holds the macros (`warehouse.catalog.build_catalog`),
 so `lumos sql` and a plain `duckdb` shell have them for the user's own queries.
 """
 
@@ -15,6 +15,7 @@ from functools import cache
 from typing import Any, NamedTuple
 
 from kernels.graph import Kind, Rt
+from lumos_sql import thresholds
 
 __all__ = [
     "CLASS_RULES",
@@ -279,6 +280,7 @@ def macros_sql(temp: bool = True) -> str:
     ]
     ops += [f"kind_{k.name.lower()}() AS {int(k)}" for k in Kind]
     ops += [f"rt_{r.name.lower()}() AS {int(r)}" for r in Rt]
+    ops += thresholds.macros()
     create = "CREATE OR REPLACE TEMP MACRO" if temp else "CREATE OR REPLACE MACRO"
     return "\n".join(f"{create} {m};" for m in ops)
 

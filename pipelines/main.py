@@ -1,20 +1,12 @@
 """The main job (README command 1): the bundled example traces through the real Dagster pipeline.
 
-Steps, in order (later issues append replay and estimation steps to `STEPS`):
-
-1. `instance`   a persistent local Dagster instance in `./.dagster_home` (SQLite, `dagster.yaml`);
-2. `register`   each job of the inbox (`examples/traces/`) as a `trace_jobs` partition;
-3. `ingest`     one `ingest_job` run per job: ingest its ranks, check them, replay and explain
-                its iterations, rebuild the catalog;
-4. `show`       what the warehouse holds, queried through `lumos.api.Warehouse`;
-5. `replay`     replayed vs measured iteration times per job, rank and metric;
-6. `sweep`      each bundled grid file (`examples/grids/<job>.yaml`) whose job was ingested, swept
-                through the functions `lumos sweep` uses into the `estimates` table; prints the
-                best configurations (by tokens/s, as `lumos sweep`) with their intervals,
-                tokens/s, MFU, memory and fit.
-
-Re-running is cheap: every file is already in the warehouse (same content hash), so the ingest
-steps skip them. The runs appear in `dagster dev` started with the same `DAGSTER_HOME`.
+`STEPS`, in order: `instance` (a persistent local Dagster instance in `./.dagster_home`),
+`register` (each job of `examples/traces/` as a `trace_jobs` partition), `ingest` (one
+`ingest_job` run per job: ingest, check, replay, explain, rebuild the catalog), `show` (what the
+warehouse holds), `replay` (replayed vs measured iteration times) and `sweep` (each bundled grid
+file into the `estimates` table, with the best configurations). Re-running is cheap: every file
+is already in the warehouse, so the ingest steps skip them. Details: docs/dagster.md,
+"Module notes".
 """
 
 from __future__ import annotations

@@ -92,9 +92,9 @@ def sweep_grid_file(warehouse: Path, path: Path, write: bool = True) -> GridSwee
     from lumos.api import Warehouse
     from lumos.estimate.config import ConfigError
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.layers import TemplateError
     from lumos.estimate.store import estimates_table, write_estimates
     from lumos.estimate.sweep import GridError, load_grid, run_sweep
+    from lumos.estimate.template import TemplateError
     from lumos.estimate.throughput import job_device
     from lumos.estimate.transforms import TransformError
 

@@ -19,7 +19,7 @@ Rules
   ``max(start + dur, target end + rt_lat)``; while it waits its processor is blocked. An EVENT
   wait also ends no earlier than its RECORD task's start (a wait the graph matched to a record
   that the replay runs later waits for that record, so simulated time never runs backwards).
-* Launch-queue back-pressure (field notes §7): each device has a launch queue of ``Q =
+* Launch-queue back-pressure: each device has a launch queue of ``Q =
   queue_depth`` entries (0 disables it) holding its GPU tasks that are launched but not started
   (a task is launched when its launch task completes; launch-less GPU tasks are not counted). A
   launch whose end (by every other rule) comes at ``e`` completes at ``e`` if fewer than Q tasks of

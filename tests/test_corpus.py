@@ -8,8 +8,8 @@ trace is the configuration it was run with; and estimation from two bases (issue
 
 The estimation bounds of issue 5 (mean <= 4%, max <= 10% over every configuration) are met and
 asserted from two bases, `base` (3.2% / 9.4%) and `layers_x2` (3.0% / 8.9%), each configuration
-predicted with the fleet's other runs only (docs/estimate.md, "Accuracy on the corpus"). Every
-parallel configuration must carry its fleet warnings.
+predicted with the calibration jobs' other runs only (docs/estimate.md, "Accuracy on the corpus"). Every
+parallel configuration must carry its calibration jobs warnings.
 """
 
 from __future__ import annotations
@@ -110,25 +110,29 @@ def test_estimation_accuracy(corpus_wh, base):
     print(f"\nfrom {base}:\n{table}")
     assert {r["config"] for r in rows} == {j.name for j in corpus_jobs(CORPUS)}
     own = next(r for r in rows if r["config"] == base)
-    # a base predicts its own median step, but for the fleet's run speed on its CPU work
+    # a base predicts its own median step, but for the calibration jobs' run speed on its CPU work
     # (a new run of it is one more draw of run speed): between the two, within 1%
     speed = own["run_speed"]
     assert min(1.0, speed) - 0.01 <= 1 + own["error_pct"] / 100 <= max(1.0, speed) + 0.01, own
-    assert speed == 1.0 or own["warnings"] >= 1, "a run speed taken from the fleet is said"
+    assert speed == 1.0 or own["warnings"] >= 1, (
+        "a run speed taken from the calibration jobs is said"
+    )
     others = [abs(r["error_pct"]) for r in rows if r["config"] != base]
     assert sum(others) / len(others) <= 4.0, table
     assert max(others) <= 10.0, table
     parallel = [r for r in rows if r["config"] not in SHAPE_CHANGES]
-    assert all(r["warnings"] >= 1 for r in parallel), "fleet-learned costs must be flagged"
+    assert all(r["warnings"] >= 1 for r in parallel), (
+        "calibration jobs-learned costs must be flagged"
+    )
     assert all(r["predicted_ms"] > 0 for r in rows)
 
 
 def test_packaged_cpu_prior_is_what_the_corpus_teaches(corpus_wh):
-    """lumos/estimate/priors/cpu.json is `fleet_model.learn_prior` on this corpus around
-    `base`: regenerate it (docs/estimate.md) whenever a fleet model's calibration changes."""
+    """lumos/estimate/priors/cpu.json is `calibration.learn_prior` on this corpus around
+    `base`: regenerate it (docs/estimate.md) whenever a calibration model's calibration changes."""
     from lumos.api import Warehouse
     from lumos.estimate import priors
-    from lumos.estimate.fleet_model import learn_prior
+    from lumos.estimate.calibration import learn_prior
 
     packaged = priors.load("cpu").to_dict()
     # the corpus's files do not record their host's cores (recordings since do: measured.json's
@@ -150,15 +154,15 @@ def test_packaged_cpu_prior_is_what_the_corpus_teaches(corpus_wh):
 
 
 def test_estimation_from_the_base_alone(corpus_wh, tmp_path):
-    """A warehouse holding nothing but the base's trace: what the fleet would teach comes from
+    """A warehouse holding nothing but the base's trace: what the calibration jobs would teach comes from
     the CPU host prior (learned on this same corpus, so this checks the wiring; the figures on
     recordings the prior never saw are in docs/estimate.md). Without it, the synchronous
     all-reduces of tensor parallelism cost their transfer alone and tp2 comes out ~50% short."""
     from lumos.api import Warehouse
+    from lumos.estimate.calibration import Calibration, learn_prior
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.fleet_model import FleetModel, learn_prior
 
-    rows = corpus_accuracy(CORPUS, corpus_wh, base="base", fleet=False)
+    rows = corpus_accuracy(CORPUS, corpus_wh, base="base", calibration=False)
     table = "\n".join(f"{r['config']:>22}: {r['error_pct']:+6.1f}%" for r in rows)
     others = [abs(r["error_pct"]) for r in rows if r["config"] != "base"]
     assert sum(others) / len(others) <= 5.0 and max(others) <= 10.0, table
@@ -177,7 +181,7 @@ def test_estimation_from_the_base_alone(corpus_wh, tmp_path):
     # one trace holds one attention shape: a sequence change takes the prior's attention law
     longer = est.predict([est.target({"seq": 256})])[0]
     assert any("attention times by shape" in w for w in longer.warnings), longer.warnings
-    bare = FleetModel.learn(wh, "base", prior=False)
+    bare = Calibration.learn(wh, "base", prior=False)
     est_bare = Estimator(est.tpl, est.base, bare.comm, [], bare.contention)
     short = est_bare.predict([est_bare.target({"tp": 2})])[0].predicted_ns
     assert (short - tp2) / tp2 < -0.3
@@ -198,8 +202,8 @@ def test_spread_and_accuracy_commands(corpus_wh, capsys, tmp_path):
     out = capsys.readouterr().out
     assert "mean |error|" in out and "tp2" in out
     assert main(["groundtruth", "accuracy", str(CORPUS), "--warehouse", str(corpus_wh),
-                 "--no-fleet"]) == 0  # fmt: skip
-    assert "from base alone (no fleet)" in capsys.readouterr().out
+                 "--no-calibration"]) == 0  # fmt: skip
+    assert "from base alone (no calibration jobs)" in capsys.readouterr().out
     assert main(["groundtruth", "accuracy", str(CORPUS), "--base", "nope", "--warehouse",
                  str(corpus_wh)]) == 2  # fmt: skip
     # another corpus whose `base` is another run: the warehouse's `base` is not predicted for it
@@ -215,11 +219,11 @@ def test_exposed_and_synchronous_collectives_on_the_corpus(corpus_wh):
     TP all-reduces are the synchronous ones, and the TP jobs the lock-step ones; the learned peer
     wait is what the step paid beyond the transfer."""
     from lumos.api import Warehouse
+    from lumos.estimate.calibration_sql import calibration_rows
     from lumos.estimate.comm import CommModel, _elements
-    from lumos.estimate.fleet_sql import fleet_rows
 
     wh = Warehouse.open(corpus_wh)
-    (rows,), why = fleet_rows(wh, ["collective_waits"], "base")
+    (rows,), why = calibration_rows(wh, ["collective_waits"], "base")
     assert why is None, why
     exposed = [r for r in rows if r[4] == "exposed"]
     sync = [r for r in rows if r[4] == "sync"]
@@ -236,7 +240,7 @@ def test_exposed_and_synchronous_collectives_on_the_corpus(corpus_wh):
     assert m.exposed_allreduce_ns(4 * 2**20, 2) > m.allreduce_ns(4 * 2**20, 2)
     assert m.exposed_allreduce_ns(4 * 2**20, 1) == 0.0
     # the jobs with synchronous collectives, and only they, teach the lock-step contention
-    from lumos.estimate.fleet import Contention
+    from lumos.estimate.contention import Contention
 
     c = Contention.calibrate(wh, "base", lockstep_jobs=m.lockstep_jobs)
     assert sorted(c.lockstep.jobs[2]) == sorted(j.name for j in tp_jobs)
@@ -250,8 +254,8 @@ def test_contention_without_the_working_set(corpus_wh):
     contention the DP and PP jobs teach agrees more closely (it is a property of the world
     size), and each job's ratio moves by its state's factor against what it was compared with."""
     from lumos.api import Warehouse
-    from lumos.estimate.fleet import Contention
-    from lumos.estimate.fleet_slope import state_lookup
+    from lumos.estimate.contention import Contention
+    from lumos.estimate.slope_law import state_lookup
     from lumos.estimate.working_set import WorkingSet
 
     wh = Warehouse.open(corpus_wh)
@@ -273,9 +277,9 @@ def test_contention_without_the_working_set(corpus_wh):
 
 
 @pytest.mark.parametrize("target", ["micro_batch_x2", "seq_x2", "hidden_x2", "tp2"])
-def test_gemm_roles_retimed_from_the_fleet(corpus_wh, target):
+def test_gemm_roles_retimed_from_the_calibration_jobs(corpus_wh, target):
     """The GEMM roles of `base` re-timed for another configuration, with the GEMM curve learned
-    from the fleet without that configuration, against the target's own traced ops: closer in
+    from the calibration jobs without that configuration, against the target's own traced ops: closer in
     total than scaling the variable part by FLOPs (the rule the curve replaced: GEMMs grow more
     efficient with size), and each role within 10% for single-rank targets. A TP rank's sliced
     GEMMs run beside the other rank's (shared caches and memory bandwidth) and stay 15-35% slower
@@ -285,19 +289,19 @@ def test_gemm_roles_retimed_from_the_fleet(corpus_wh, target):
     from lumos.api import Warehouse
     from lumos.estimate.comm import CommModel
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.layers import ROLE, extract_template
-    from lumos.estimate.op_fleet import calibrate_shapes
+    from lumos.estimate.op_times import calibrate_shapes
     from lumos.estimate.retime import GEMM_ROLES
+    from lumos.estimate.template import ROLE, extract_template
 
     wh = Warehouse.open(corpus_wh)
     est = Estimator.open(corpus_wh, "base")
     curve = calibrate_shapes(wh, "base", [target])[0]
     assert curve.usable
-    fleet = Estimator(est.tpl, est.base, CommModel.calibrate(wh, "base"), [], None, curve)
+    calibrated = Estimator(est.tpl, est.base, CommModel.calibrate(wh, "base"), [], None, curve)
     m = measured(CORPUS / target)
-    cfg = fleet.target({k: m["config"][k] for k in CONFIG_KEYS if k in m["config"]})
-    mult, _, fscale, ratio, _, _ = fleet._coeffs(cfg, {})
-    contention = fleet.cpu_scale(cfg)
+    cfg = calibrated.target({k: m["config"][k] for k in CONFIG_KEYS if k in m["config"]})
+    mult, _, fscale, ratio, _, _ = calibrated._coeffs(cfg, {})
+    contention = calibrated.cpu_scale(cfg)
     own = extract_template(wh, target, cache=False)
     # the target's rank 0 and the base share the layer count and micro-batches
     assert own.n == est.tpl.n or target.startswith("tp")
@@ -305,8 +309,8 @@ def test_gemm_roles_retimed_from_the_fleet(corpus_wh, target):
     for role in GEMM_ROLES:
         code = ROLE[role]
         mb, mt = est.tpl.role == code, own.role == code
-        fixed = float(fleet.fixed[mb].sum()) * fscale[code]
-        var = float(fleet.var[mb].sum())
+        fixed = float(calibrated.fixed[mb].sum()) * fscale[code]
+        var = float(calibrated.var[mb].sum())
         got = float(own.dur_ns[mt].sum())
         pred = fixed + var * mult[code]
         flops = fixed + var * ratio[code] * contention
@@ -329,8 +333,8 @@ def test_separate_projections_are_one_gemm_unit(corpus_wh):
     from lumos.api import Warehouse
     from lumos.estimate.comm import CommModel
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.layers import ROLE
-    from lumos.estimate.op_fleet import calibrate_shapes
+    from lumos.estimate.op_times import calibrate_shapes
+    from lumos.estimate.template import ROLE
 
     wh = Warehouse.open(corpus_wh)
     est = Estimator.open(corpus_wh, "base")
@@ -363,7 +367,7 @@ def test_separate_projections_are_one_gemm_unit(corpus_wh):
     assert got[qkv] < 0.9 * (cfg.hidden / est.base.hidden) ** 2  # the curve's, not the FLOPs'
 
 
-def test_attention_times_fitted_on_the_fleet(corpus_wh):
+def test_attention_times_fitted_on_the_calibration_jobs(corpus_wh):
     """The corpus's single-rank jobs measure attention at five shapes that vary in batch x heads,
     sequence and head size: the fitted law reproduces each measured op within 10% (five terms
     with non-negative coefficients need not pass through five points). Without the sequence x2
@@ -374,7 +378,7 @@ def test_attention_times_fitted_on_the_fleet(corpus_wh):
     import duckdb
 
     from lumos.api import Warehouse
-    from lumos.estimate.op_fleet import OpTimes, parse_attention
+    from lumos.estimate.op_times import OpTimes, parse_attention
 
     wh = Warehouse.open(corpus_wh)
     ops = OpTimes.calibrate(wh, "base")

@@ -51,12 +51,12 @@ def test_own_step_and_the_single_rank_from_the_sp_run(runs):
     import numpy as np
 
     from lumos.api import Warehouse
+    from lumos.estimate.calibration import Calibration
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.fleet_model import FleetModel
-    from lumos.estimate.layers import BLOCK
+    from lumos.estimate.template import BLOCK
 
     wh, measured = runs
-    alone = FleetModel.learn(Warehouse.open(wh), "sp", exclude=["single"])
+    alone = Calibration.learn(Warehouse.open(wh), "sp", exclude=["single"])
     est = Estimator.open(wh, "sp")
     est = Estimator(est.tpl, est.base, alone.comm, est.base_notes, alone.contention)
     # the optimizer's collectives are there to keep

@@ -154,11 +154,11 @@ def test_predictions_from_a_dtensor_base(wh, runs):
     import numpy as np
 
     from lumos.api import Warehouse
+    from lumos.estimate.calibration import Calibration
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.fleet_model import FleetModel
-    from lumos.estimate.layers import BLOCK
+    from lumos.estimate.template import BLOCK
 
-    alone = FleetModel.learn(Warehouse.open(wh), "tp2d", exclude=["base"])
+    alone = Calibration.learn(Warehouse.open(wh), "tp2d", exclude=["base"])
     est = Estimator.open(wh, "tp2d")
     est = Estimator(est.tpl, est.base, alone.comm, est.base_notes, alone.contention)
     own, tp1 = est.predict([est.base, est.base.replace(tp=1)])
@@ -191,7 +191,7 @@ def test_fleet_leaves_dtensor_jobs_out_of_op_comparisons(wh):
     import lumos_sql
 
     con = duckdb.connect(str(wh / "lumos.duckdb"), read_only=True)
-    con.execute(lumos_sql.load("estimate/fleet_jobs"))
+    con.execute(lumos_sql.load("estimate/calibration_jobs"))
     got = con.execute("SELECT job FROM subclass_jobs('base', [])").fetchall()
     assert got == [("tp2d",)]
     rows = con.execute(
@@ -206,7 +206,7 @@ def test_a_steps_skewed_waits_keep_the_median_steps_total():
     total (2 here), not to the mean's (14/3), nor to the per-position medians' (1 + 1)."""
     import numpy as np
 
-    from lumos.estimate.layers import _median_step_share
+    from lumos.estimate.template import _median_step_share
 
     x = np.array([[1, 9], [1, 1], [1, 1]])
     # means (1, 11/3) scaled by 2 / (14/3) = 3/7: (0.43, 1.57)
@@ -224,7 +224,7 @@ def test_a_tp_bases_collectives_outside_the_layers_stay_with_their_ops():
     from lumos.estimate.comm import CommModel
     from lumos.estimate.config import ModelConfig
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.layers import BLOCK, ROLE, Template
+    from lumos.estimate.template import BLOCK, ROLE, Template
     from lumos.estimate.transforms import Structure
 
     rows = [  # block, name, dur, comm

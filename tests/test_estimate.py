@@ -227,7 +227,7 @@ def stripped_warehouse(gt_warehouse) -> Path:
 @pytest.mark.parametrize("job", ["plain", "modules"])
 def test_template_without_trainer_annotations(gt_warehouse, stripped_warehouse, job):
     from lumos.api import Warehouse
-    from lumos.estimate.layers import BLOCK, extract_template
+    from lumos.estimate.template import BLOCK, extract_template
 
     ref = extract_template(Warehouse.open(gt_warehouse), "base", cache=False)
     got = extract_template(Warehouse.open(stripped_warehouse), job, cache=False)
@@ -249,7 +249,7 @@ def test_predictions_without_trainer_annotations(gt_warehouse, stripped_warehous
     from lumos.api import Warehouse
     from lumos.estimate.comm import CommModel
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.layers import extract_template
+    from lumos.estimate.template import extract_template
 
     ref = Estimator.open(gt_warehouse, "base")
     got = Estimator.open(stripped_warehouse, "plain")
@@ -319,7 +319,7 @@ def _rows(names: list[str], links: dict[int, int], opt_from: int) -> list[dict]:
 
 def test_period_cut_of_an_all_forwards_first_step():
     """GPipe order (both forwards, then both backwards), no annotation: blocks by hand."""
-    from lumos.estimate.layers import BLOCK, ROLE, template_from_rows
+    from lumos.estimate.template import BLOCK, ROLE, template_from_rows
 
     layer = ["aten::layer_norm", "aten::linear", "aten::scaled_dot_product_attention",
              "aten::linear", "aten::add"]  # fmt: skip
@@ -349,7 +349,7 @@ def test_period_cut_of_an_all_forwards_first_step():
 
 
 def test_the_first_estimate_after_an_ingest_says_it_is_learning(tmp_path, capsys):
-    """Building the template and the fleet's laws takes seconds on a large warehouse: the first
+    """Building the template and the calibration jobs' laws takes seconds on a large warehouse: the first
     estimate after an ingest says so on stderr, later ones (cache current) are silent."""
     from lumos.api import Warehouse
 
@@ -361,6 +361,8 @@ def test_the_first_estimate_after_an_ingest_says_it_is_learning(tmp_path, capsys
     assert "learning base's template" in capsys.readouterr().err
     assert main(argv) == 0
     assert capsys.readouterr().err == ""
-    wh.ingest([str(corpus / "layers_x2")], job="layers_x2")  # the fleet changed: learn again
+    wh.ingest(
+        [str(corpus / "layers_x2")], job="layers_x2"
+    )  # the calibration jobs changed: learn again
     assert main(argv) == 0
     assert "learning base's template" in capsys.readouterr().err

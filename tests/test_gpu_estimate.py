@@ -147,7 +147,7 @@ def test_an_event_wait_follows_its_record_into_each_copy(base):
 
 def test_micro_batches_repeat_forward_and_backward_once_each(base):
     from lumos.estimate.gpu_edit import edit_step
-    from lumos.estimate.layers import BLOCK
+    from lumos.estimate.template import BLOCK
 
     step, cfg = base
     ed = edit_step(step, cfg.layers, 2, cfg.layers, 1)
@@ -276,7 +276,7 @@ def test_gpu_work_follows_the_shapes(gpu_wh, base):
     from lumos.estimate.gpu_step import load_gpu_step
     from lumos.estimate.infer import infer_base
     from lumos.estimate.kernel_work import KClass
-    from lumos.estimate.layers import shape_roles
+    from lumos.estimate.template import shape_roles
 
     step, cfg = base
     model = GpuModel(step, cfg)
@@ -308,7 +308,7 @@ def test_grouped_query_attention_narrows_the_qkv_work(gpu_wh, base):
     from lumos.estimate.gpu_estimate import GpuModel
     from lumos.estimate.gpu_step import load_gpu_step
     from lumos.estimate.infer import infer_base
-    from lumos.estimate.layers import shape_roles
+    from lumos.estimate.template import shape_roles
 
     step, cfg = base
     model = GpuModel(step, cfg)
@@ -399,7 +399,7 @@ def test_tensor_parallel_all_reduces_follow_the_split_linears(gpu_wh):
     from lumos.estimate.estimator import Estimator
     from lumos.estimate.gpu_edit import Coll
     from lumos.estimate.gpu_step import BLOCK_FWD
-    from lumos.estimate.layers import ROLE
+    from lumos.estimate.template import ROLE
 
     est = Estimator.open(gpu_wh.root, f"gpu_h100/{BASE}")
     st = est.gpu
@@ -427,7 +427,7 @@ def test_tensor_parallel_all_reduces_follow_the_split_linears(gpu_wh):
 def test_tensor_parallel_halves_the_gemm_work_of_a_gpu_bound_run(gpu_wh):
     from lumos.estimate.estimator import Estimator
 
-    est = Estimator.open(gpu_wh.root, "gpu_h100/llama_H2048")  # GPU-bound (field notes)
+    est = Estimator.open(gpu_wh.root, "gpu_h100/llama_H2048")  # GPU-bound (docs/estimate-gpu.md)
     _, _, base = _collectives(est)
     _, _, tp2 = _collectives(est, tp=2)
     # the layers' GEMMs and attention split over the ranks; norms, residuals, the LM head
@@ -481,7 +481,7 @@ def test_pipeline_stages_split_the_layers_and_pass_activations(gpu_wh):
     order on each; a transfer before each pass that needs the other stage's output."""
     from lumos.estimate.estimator import Estimator
     from lumos.estimate.gpu_edit import Coll, pipeline_order
-    from lumos.estimate.layers import ROLE
+    from lumos.estimate.template import ROLE
 
     est = Estimator.open(gpu_wh.root, f"gpu_h100/{BASE}")
     cfg, model, e = _collectives(est, pp=2, num_micro_batches=4)

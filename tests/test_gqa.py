@@ -14,8 +14,8 @@ import pytest
 from lumos.api import Warehouse
 from lumos.estimate.estimator import Estimator
 from lumos.estimate.infer import infer_base
-from lumos.estimate.layers import ROLE, ROLES
 from lumos.estimate.retime import GEMM_ROLES, SMALL_CALL
+from lumos.estimate.template import ROLE, ROLES
 
 DATA = Path(__file__).parent / "data" / "hf_qwen2"
 
@@ -82,7 +82,7 @@ def test_gemm_roles_retimed_for_twice_the_sequence(whs):
     """From the base alone (the GEMM curve of the packaged CPU prior), each of a layer's GEMM
     roles of the seq=128 run within 10% of that run's own traced time for the role. (The LM head,
     128 -> 1000 at 128 tokens, grew 1.31x for twice the tokens where the prior's curve says 1.8x:
-    a shape the prior never saw; with the run's own GEMMs in the fleet it is within 15%.)"""
+    a shape the prior never saw; with the run's own GEMMs in the calibration jobs it is within 15%.)"""
     est = Estimator.open(whs["qwen2_base"], "qwen2_base")
     own = Estimator.open(whs["qwen2_seq128"], "qwen2_seq128").tpl
     cfg = est.target({"seq": 128})

@@ -1,9 +1,9 @@
-"""More ranks than the host has cores time-share them (fleet.Contention, `cores`).
+"""More ranks than the host has cores time-share them (contention.Contention, `cores`).
 
 On the 2-core machine these tests were written on, a 4-rank DDP job's steps took ~3x the
 single-rank step while its ops themselves ran only ~1.2x slower: a rank is descheduled while it
 blocks in a collective, so the time-sharing lands in the waits, which the per-op contention the
-fleet learns cannot see. Before the rule, every world-4 configuration was predicted about half
+calibration jobs learns cannot see. Before the rule, every world-4 configuration was predicted about half
 as long as measured (the nearest learned world's factor); `lumos groundtruth` now records its
 host's cores in measured.json and in each trace, and the estimator reads them back."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from torch_traces import require_torch
 
-from lumos.estimate.fleet import Contention
+from lumos.estimate.contention import Contention
 
 # the corpus's model (tests/data/corpus/base): its ops, not Python, fill the step
 MODEL = dict(layers=4, hidden=128, heads=4, seq=128, micro_batch=2, num_micro_batches=2, vocab=1024)
@@ -101,8 +101,8 @@ def test_a_time_shared_fleet_job_teaches_its_per_core_costs(runs, tmp_path):
 
     from lumos.api import Warehouse
     from lumos.estimate.comm import CommModel
+    from lumos.estimate.contention import ranks_per_core
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.fleet import ranks_per_core
     from warehouse.ingest import ingest
 
     for name in ("base", "dp4"):
@@ -176,7 +176,7 @@ def test_a_dp_by_tp_job_teaches_the_latency_of_its_tp_groups(runs, tmp_path):
     """DP 2 x TP 2: its synchronous all-reduces ring over the 2 ranks of a TP group, not the
     world of 4 (gloo records no group size; the TP degree is the job's inferred one). Read as
     4-rank rings they taught a 3x too small latency per ring step, and the job's own
-    configuration came out short; from the fleet of the base and itself it lands near its
+    configuration came out short; from the calibration jobs of the base and itself it lands near its
     step."""
     from lumos.api import Warehouse
     from lumos.estimate.comm import _tp_group

@@ -95,7 +95,7 @@ def test_a_compiled_step_is_refused_with_the_reason():
     """torch.compile fuses a step's operators into regions (Dynamo's `Torch-Compiled Region`,
     AOTAutograd's `CompiledFunction`): no per-layer operators are left to repeat, and the error
     says so instead of reporting missing attention operators."""
-    from lumos.estimate.layers import TemplateError, _period_layers
+    from lumos.estimate.template import TemplateError, _period_layers
 
     names = ["TorchDynamo Cache Lookup", "Torch-Compiled Region: 0/0", "aten::add_"]
     rows = [{"name": n} for n in names]
@@ -104,16 +104,16 @@ def test_a_compiled_step_is_refused_with_the_reason():
 
 
 def test_the_fleet_matches_ops_at_their_dtype(variants_wh):
-    """The fleet's op-speed comparison (estimate/job_speed.sql) keys ops by name, shapes and
+    """The calibration jobs' op-speed comparison (estimate/job_speed.sql) keys ops by name, shapes and
     dtypes: the bf16 job's GEMMs and attention have the fp32 job's shapes but run other kernels,
     so most of its op time finds no match; the fp32 checkpointed job matches almost all of its
     time. Keyed by shapes alone, the bf16 job matched ~90% of its time, and a
     warehouse holding both slowed every estimate of the fp32 job (the share is the matched
     time over the job's op time, estimate/job_speed.sql)."""
     from lumos.api import Warehouse
-    from lumos.estimate.fleet_sql import fleet_rows
+    from lumos.estimate.calibration_sql import calibration_rows
 
-    (rows,), why = fleet_rows(Warehouse.open(variants_wh), ["job_speed"], "plain")
+    (rows,), why = calibration_rows(Warehouse.open(variants_wh), ["job_speed"], "plain")
     assert why is None, why
     share = {job: s for job, _ratio, _keys, s in rows}
     assert share["full"] > 0.9 and share["bf16"] < 0.5, share
@@ -138,7 +138,7 @@ def test_unnamed_ops_on_an_activation_scale_with_it(variants_wh):
     shape (their input holds tokens x FFN elements) they take the FFN activation's role, forward
     and backward, instead of keeping their traced time at every size."""
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.layers import ROLE
+    from lumos.estimate.template import ROLE
 
     tpl = Estimator.open(variants_wh, "tanh_gelu").tpl
     roles = {}
@@ -159,21 +159,21 @@ def test_unnamed_ops_on_an_activation_scale_with_it(variants_wh):
 
 def test_attention_on_the_math_path_is_its_own_kernel(variants_wh):
     """With dropout, scaled_dot_product_attention takes the math path at the same name, shapes
-    and dtypes as the fused kernel: the fleet must not compare the two (estimate/fleet_jobs.sql,
+    and dtypes as the fused kernel: the calibration jobs must not compare the two (estimate/calibration_jobs.sql,
     foreign_attention), and its backward of score-sized nodes follows s^2 entirely."""
     import duckdb
 
     import lumos_sql
     from lumos.api import Warehouse
+    from lumos.estimate.calibration_sql import calibration_rows
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.fleet_sql import fleet_rows
 
     con = duckdb.connect(str(Warehouse.open(variants_wh).catalog), read_only=True)
-    con.execute(lumos_sql.load("estimate/fleet_jobs"))
+    con.execute(lumos_sql.load("estimate/calibration_jobs"))
     foreign = {j for (j,) in con.execute("from foreign_attention('plain', [])").fetchall()}
     con.close()
     assert foreign == {"math_attn"}, foreign
-    (samples,), why = fleet_rows(Warehouse.open(variants_wh), ["op_samples"], "plain")
+    (samples,), why = calibration_rows(Warehouse.open(variants_wh), ["op_samples"], "plain")
     assert why is None, why
     attn = {job for name, _dims, job, _n, _med in samples if "attention" in name.lower()}
     assert "plain" in attn and "math_attn" not in attn, attn

@@ -125,7 +125,7 @@ def _contamination(part: pd.DataFrame, target: str) -> float:
 
 # Files whose own measurement noise puts the 15% p90 just out of reach on 20% test splits of a
 # few hundred rows (neighbouring sizes differ by ±10% in the file itself): the bound enforced
-# instead, measured values in .notes/README-opmodel.md.
+# instead, measured values in docs/opmodel.md.
 P90_SHORT: dict[tuple[str, str], float] = {
     ("optimizer", "dur_us"): 0.20,
     ("layernorm", "fwd_us"): 0.17,

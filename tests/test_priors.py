@@ -1,4 +1,4 @@
-"""Host priors (lumos/estimate/priors.py): each fleet model takes the prior only for the laws its
+"""Host priors (lumos/estimate/priors.py): each calibration model takes the prior only for the laws its
 warehouse could not teach, says so, and keeps what it learned. The packaged CPU prior against
 the bundled corpus, and estimates from a base alone, are checked in test_corpus.py."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from lumos.estimate import priors
 from lumos.estimate.comm import FIT_SOURCE, CommModel
-from lumos.estimate.fleet import Contention
+from lumos.estimate.contention import Contention
 from lumos.estimate.idle_gaps import IdleGaps
 from lumos.estimate.priors import HostPrior
 from lumos.estimate.working_set import WorkingSet
@@ -115,7 +115,7 @@ def test_slopes_borrow_the_prior_law_with_its_span():
 def test_attention_laws_are_borrowed_only_for_the_ops_the_fleet_did_not_fit():
     from dataclasses import replace
 
-    from lumos.estimate.op_fleet import OpTimes
+    from lumos.estimate.op_times import OpTimes
 
     prior = replace(PRIOR, attention={"aten::sdpa": [1e4, 0, 1, 0, 0.01], "own": [9, 9, 9, 9, 9]})
     learned = OpTimes({"own": [1.0, 0, 0, 0, 0]}, ["fitted 1 op"])

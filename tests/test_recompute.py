@@ -74,7 +74,7 @@ def _traced_median(path: Path) -> float:
 
 def _layer_names(wh: Path, job: str, block: str) -> list[list[str]]:
     from lumos.api import Warehouse
-    from lumos.estimate.layers import BLOCK, extract_template
+    from lumos.estimate.template import BLOCK, extract_template
 
     t = extract_template(Warehouse.open(wh), job, cache=False)
     return [
@@ -103,7 +103,7 @@ def test_a_checkpointed_template_holds_the_plain_steps_ops(whs, kind):
 
 def test_the_transform_replays_the_forward_before_each_backward(whs):
     from lumos.api import Warehouse
-    from lumos.estimate.layers import BLOCK, ROLE, extract_template
+    from lumos.estimate.template import BLOCK, ROLE, extract_template
     from lumos.estimate.transforms import Structure, build
 
     t = extract_template(Warehouse.open(whs["plain"]), "plain", cache=False)

@@ -35,7 +35,7 @@ TRACES = {
 BOUND = (0.01, 0.03)
 # (median, max) ceilings for traces whose data keeps them from BOUND, each with the reason from
 # the data. None today: trace_diff/test (noisy V100, rank 1 of 2), the last one, reaches BOUND
-# since the SM-wait, timer-noise and queue-contradiction rules (see .notes/README-replay.md).
+# since the SM-wait, timer-noise and queue-contradiction rules (see docs/replay.md).
 CEILING: dict[str, dict[str, tuple[float, float]]] = {}
 DLRM_RANKS = 8
 DLRM_COLLECTIVES = 8  # 5 all_to_all + 3 allreduce per rank

@@ -8,7 +8,7 @@ import pytest
 
 from lumos.estimate.chain import chain_replay
 from lumos.estimate.estimator import ddp_buckets
-from lumos.estimate.layers import BLOCK, ROLE, Template
+from lumos.estimate.template import BLOCK, ROLE, Template
 from lumos.estimate.transforms import (
     N_ROLES,
     Structure,

@@ -1,5 +1,5 @@
 """The working-set model (lumos/estimate/working_set.py) and the idle-gap model
-(lumos/estimate/idle_gaps.py): the fits, the scales and their limits, by hand; the fleet queries
+(lumos/estimate/idle_gaps.py): the fits, the scales and their limits, by hand; the calibration queries
 on the real corpus against recomputations from its events."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_fit_is_weighted_least_squares_through_the_origin():
     # the one run at the base's state says how fast a new run is: its speed, shrunk by 1/2
     offset = math.log(0.92) / 2
     assert ws.offset == pytest.approx(offset)
-    # every point is kept (job_scales of the fleet's jobs), the fit used the two that moved
+    # every point is kept (job_scales of the calibration jobs), the fit used the two that moved
     assert ws.job_scales()["big"] == pytest.approx(2**want * math.exp(offset))
     assert ws.job_scales()["same"] == pytest.approx(math.exp(offset))
     # the interval's spread: how far whole well-matched jobs strayed from the fit
@@ -39,7 +39,7 @@ def test_fit_is_weighted_least_squares_through_the_origin():
     assert WorkingSet.from_dict(ws.to_dict()).spread == pytest.approx(ws.spread)
 
 
-def test_the_fleets_run_speed_shrunk_by_its_number_of_runs():
+def test_the_calibration_jobs_run_speed_shrunk_by_its_number_of_runs():
     # two runs at the base's state, matched on most of their op time, ran 10% faster; a job
     # matched on 5% of its time says nothing about run speed
     pts = [
@@ -53,8 +53,9 @@ def test_the_fleets_run_speed_shrunk_by_its_number_of_runs():
     assert ws.run_speed == pytest.approx(0.9 ** (2 / 3))
     assert ws.scale(1e6, 2e6) == (1.0, None)  # the state's law is apart from the run's speed
     note = ws.run_notes()[0]
-    assert "11.1% slower than the 2 fleet job(s)" in note and "(a, b)" in note
-    # the base's own speed (1) and the fleet's (0.9) stay inside the interval about the estimate
+    assert "11.1% slower than the 2 calibration job(s)" in note and "(a, b)" in note
+    # the base's own speed (1) and the calibration jobs' (0.9) stay inside the interval about the
+    # estimate
     lo, hi = ws.interval_spread()
     assert lo * ws.run_speed == pytest.approx(0.9) and hi * ws.run_speed == pytest.approx(1.0)
     assert WorkingSet.from_dict(ws.to_dict()).offset == pytest.approx(ws.offset)
@@ -95,11 +96,11 @@ def test_too_few_jobs_or_a_negative_slope_teach_nothing():
     assert neg.beta == 0.0
 
 
-def test_scale_within_and_beyond_the_fleet():
+def test_scale_within_and_beyond_the_calibration_jobs():
     ws = WorkingSet(0.2, [("a", math.log(0.5), 0.0, 1.0), ("b", math.log(2.0), 0.0, 1.0)])
     f, warn = ws.scale(100.0, 150.0)
     assert f == pytest.approx(1.5**0.2) and warn is None
-    f, warn = ws.scale(100.0, 300.0)  # beyond the fleet's 2x: extrapolated, and said
+    f, warn = ws.scale(100.0, 300.0)  # beyond the calibration jobs' 2x: extrapolated, and said
     assert f == pytest.approx(3.0**0.2) and "extrapolated" in warn
     f, warn = ws.scale(100.0, 1000.0)  # cache effects saturate: held at 4x
     assert f == pytest.approx(math.exp(0.2 * MAX_LOG_RATIO)) and warn
@@ -137,14 +138,14 @@ def corpus_wh(tmp_path_factory) -> Path:
 def test_job_speed_on_the_corpus(corpus_wh):
     """job_speed.sql against the same ratio recomputed from the events: the 2-layer job runs the
     base's ops faster, the 8-layer job slower; the 2-rank job is not compared with a single-rank
-    base (contention is fleet.py's)."""
+    base (contention is contention.py's)."""
     import duckdb
 
     from lumos.api import Warehouse
-    from lumos.estimate.fleet_sql import fleet_rows
+    from lumos.estimate.calibration_sql import calibration_rows
 
     wh = Warehouse.open(corpus_wh)
-    (rows,), why = fleet_rows(wh, ["job_speed"], "base")
+    (rows,), why = calibration_rows(wh, ["job_speed"], "base")
     assert why is None
     got = {r[0]: r[1] for r in rows}
     assert set(got) == {"layers_x0.5", "layers_x2", "hidden_x2", "micro_batch_x2"}
@@ -177,13 +178,13 @@ def test_gpu_jobs_teach_no_working_set(examples: Path, warehouse_dir: Path):
     """Two real GPU jobs on the same device: their CPU ops are launches, so nothing is learned
     (and nothing fails) even though the jobs share op shapes."""
     from lumos.api import Warehouse
-    from lumos.estimate.fleet_sql import fleet_rows
+    from lumos.estimate.calibration_sql import calibration_rows
 
     wh = Warehouse.open(warehouse_dir, create=True)
     src = sorted((examples / "dlrm_8rank").glob("*.json.gz"))
     wh.ingest([str(src[0])], job="a")
     wh.ingest([str(src[1])], job="b")
-    (rows,), why = fleet_rows(wh, ["job_speed"], "a")
+    (rows,), why = calibration_rows(wh, ["job_speed"], "a")
     assert why is None and rows == []
     ws = WorkingSet.calibrate(wh, "a")
     assert ws.beta == 0.0 and "not learned" in " ".join(ws.notes)
@@ -204,7 +205,7 @@ def test_idle_gap_fit_and_scale_by_hand():
     assert "big" in g.notes[0] and "layers" not in g.notes[0]
     f, warn = g.scale(100.0, 150.0)
     assert f == pytest.approx(1.5**want) and warn is None
-    f, warn = g.scale(100.0, 1000.0)  # beyond the fleet's 2x: clamped at 4x, and said
+    f, warn = g.scale(100.0, 1000.0)  # beyond the calibration jobs' 2x: clamped at 4x, and said
     assert f == pytest.approx(math.exp(want * MAX_LOG_RATIO)) and "extrapolated" in warn
     back = IdleGaps.from_dict(g.to_dict())
     assert back.gamma == pytest.approx(g.gamma) and back.points == g.points
@@ -223,10 +224,10 @@ def test_job_gaps_on_the_corpus(corpus_wh):
     import pandas as pd
 
     from lumos.api import Warehouse
-    from lumos.estimate.fleet_sql import fleet_rows
+    from lumos.estimate.calibration_sql import calibration_rows
 
     wh = Warehouse.open(corpus_wh)
-    (rows,), why = fleet_rows(wh, ["job_gaps"], "base")
+    (rows,), why = calibration_rows(wh, ["job_gaps"], "base")
     assert why is None
     got = {r[0]: r[1] for r in rows}
     assert set(got) == {"layers_x0.5", "layers_x2", "hidden_x2", "micro_batch_x2"}

@@ -1,21 +1,12 @@
 """Ingest trace files into the warehouse: hash, skip what is known, parse, stage, commit.
 
-Steps for each file:
-  1. A file of a size some manifest row has is hashed (sha256, streamed) first. If the manifest's
-     latest row for (job, sha256) exists, the file is unchanged: nothing is written (a file
-     refused before stays refused, and is reported). Other files cannot be in the warehouse.
-  2. The reader streams Arrow batches into a Parquet file in `<wh>/_staging/<run>/` (zstd, row
-     groups of about 1M rows), hashing the file's bytes as it reads them: a file is read once.
-     Parsing runs in a process pool when `workers > 1` and the files hold enough JSON to pay
-     for starting the workers (`_pool_size`).
-  3. Commit, under the warehouse's `flock`: re-read the manifest (another process may have
-     committed the same file meanwhile), move a later profiling window of a job to its own job
-     (`warehouse.windows`), refuse a second file claiming a (job, rank) already held by other
-     content (a file whose content turns out to be there already is `unchanged`), rename the
-     events and trace_meta files into place (named by the sha256), then append the
-     manifest rows as one atomically renamed part. The manifest is the commit point: the catalog's
-     views only show events of files with an `ok` manifest row, so a process killed between two
-     renames leaves nothing visible, and the next ingest deletes the orphans.
+A file whose sha256 the manifest already holds for its job is unchanged and not read again;
+others are streamed by the reader into a staged Parquet file (hashed as they are read), then
+committed under the warehouse's `flock`: re-read the manifest, place a later profiling window in
+its own job (`warehouse.windows`), refuse a second file claiming a held (job, rank), rename the
+data files into place and append the manifest rows as one atomically renamed part. The manifest
+is the commit point, so a killed process leaves nothing visible. The steps in full:
+docs/warehouse.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -388,7 +379,7 @@ def _parse_one(task: _Task) -> _Staged:
     events_tmp, meta_tmp = str(base) + ".events.parquet", str(base) + ".meta.parquet"
     job, rank = planned.job, provisional_rank(planned)
     gc_was_enabled = gc.isenabled()
-    gc.disable()  # bulk parsing allocates millions of objects; the cyclic GC costs 2-3x (notes §4)
+    gc.disable()  # bulk parsing allocates millions of objects; the cyclic GC costs 2-3x
     writer = None
     try:
         trace = open_trace(planned.path)
@@ -701,7 +692,7 @@ def _commit(
             outcomes[task.index] = outcome
         if placed:
             # the files' bytes reach the disk before the manifest row that makes them visible:
-            # after a power cut an ok row never points at an incomplete file (issue 34, item 8)
+            # after a power cut an ok row never points at an incomplete file
             for src, _ in moves:
                 fsync_path(src)
             _write_journal(layout, placed)
@@ -804,6 +795,56 @@ def _pool_size(workers: int, paths: Sequence[Path], sizes: Sequence[int]) -> int
 # ----------------------------------------------------------------------------- entry point
 
 
+def _known_files(
+    layout: Layout,
+    manifest: Manifest,
+    planned: list[PlannedFile],
+    shas: dict[int, str],
+    sizes: list[int],
+) -> tuple[dict[int, FileOutcome], list[int]]:
+    """The outcome of each planned file the warehouse already holds (hashed first, `shas`):
+    unchanged, or still refused; and the indices of the others, which are to be parsed."""
+    outcomes: dict[int, FileOutcome] = {}
+    todo: list[int] = []
+    for i, p in enumerate(planned):
+        sha = shas.get(i)
+        if sha is None:
+            todo.append(i)
+            continue
+        prev = manifest.get(p.job, sha)
+        if prev is None and not p.job_given:
+            prev = _ingested_under_declared_job(layout, manifest, sha)
+        if prev is None:  # a later profiling window of the job, placed at its first ingest
+            prev = next(
+                (
+                    r
+                    for r in manifest.by_sha.get(sha, [])
+                    if r["status"] == "ok" and windows.is_window_of(r["job"], p.job)
+                ),
+                None,
+            )
+        if prev is None or (
+            prev["status"] == "refused"
+            and any(m in (prev["error"] or "") for m in RETRIED_REFUSALS)
+        ):
+            todo.append(i)
+            continue
+        status = prev["status"]
+        outcomes[i] = FileOutcome(
+            str(p.path),
+            prev["job"],
+            prev["rank"],
+            sha,
+            sizes[i],
+            "unchanged" if status == "ok" else "still refused",
+            status,
+            prev["error"],
+            prev["n_events"] if status == "ok" else 0,
+            f"already in the warehouse (from {prev['path']})",
+        )
+    return outcomes, todo
+
+
 def ingest(
     paths: Sequence[str | os.PathLike[str]],
     *,
@@ -846,44 +887,7 @@ def ingest(
             zip(first, pool.map(sha256_file, (planned[i].path for i in first)), strict=True)
         )
 
-    outcomes: dict[int, FileOutcome] = {}
-    todo: list[int] = []
-    for i, p in enumerate(planned):
-        sha = shas.get(i)
-        if sha is None:
-            todo.append(i)
-            continue
-        prev = manifest.get(p.job, sha)
-        if prev is None and not p.job_given:
-            prev = _ingested_under_declared_job(layout, manifest, sha)
-        if prev is None:  # a later profiling window of the job, placed at its first ingest
-            prev = next(
-                (
-                    r
-                    for r in manifest.by_sha.get(sha, [])
-                    if r["status"] == "ok" and windows.is_window_of(r["job"], p.job)
-                ),
-                None,
-            )
-        if prev is None or (
-            prev["status"] == "refused"
-            and any(m in (prev["error"] or "") for m in RETRIED_REFUSALS)
-        ):
-            todo.append(i)
-            continue
-        status = prev["status"]
-        outcomes[i] = FileOutcome(
-            str(p.path),
-            prev["job"],
-            prev["rank"],
-            sha,
-            sizes[i],
-            "unchanged" if status == "ok" else "still refused",
-            status,
-            prev["error"],
-            prev["n_events"] if status == "ok" else 0,
-            f"already in the warehouse (from {prev['path']})",
-        )
+    outcomes, todo = _known_files(layout, manifest, planned, shas, sizes)
 
     bytes_total = sum(sizes)
     done_bytes = sum(sizes[i] for i in outcomes)

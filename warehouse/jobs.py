@@ -1,30 +1,11 @@
 """Which job and which rank a trace file belongs to.
 
-Rules (applied in this order, the first that answers wins):
-
-Job
-  1. `--job NAME` given: every file named on the command line (or found under a named directory)
-     is a rank of NAME.
-  2. The trace names its job: `distributedInfo.job_name` / `job_id`, else a top-level `job_name`
-     or `mast_job_name` (what Meta's launcher writes).
-  3. A directory argument: each folder holding trace files is one job, named by its path from the
-     argument's own name (`kineto` for `.../dlrm_8rank/kineto`; `traces/hta/trace_diff/test` for
-     a file under `traces/` given as `traces`). A file there that names no rank (neither
-     `distributedInfo.rank` nor a rank in its file name), among several files, is not a rank
-     of that job but a run of its own: `<folder job>/<file stem>` (a folder of unrelated
-     single-process traces, or the successive windows of one profiled process).
-  4. A file argument: the file's stem (`rank-3.Jul_15.pt.trace.json.gz` -> `rank-3.Jul_15`).
-
-Rank
-  1. `distributedInfo.rank`;
-  2. else a number in the file name (`rank-3`, `rank3`, `rank_3`, `worker3`, `worker_3`, ...);
-  3. else 0 when the file is the job's only file (or, by job rule 3, a job of its own);
-  4. else (a job given with `--job`) the file is refused: a multi-file job needs to know which
-     rank each file is.
-
-A later profiling window of a distributed job (same ranks, other steps) is moved at commit time
-to `<job>/steps-<first step>` (`warehouse.windows`): these rules cannot see it, since it needs
-the steps the files hold and what the warehouse already holds.
+Job: `--job NAME`, else the job the trace names (`distributedInfo.job_name`, ...), else for a
+directory argument each folder holding traces is one job named by its path, else the file's stem.
+Rank: `distributedInfo.rank`, else a number in the file name, else 0 for a job's only file, else
+the file is refused. The first rule that answers wins. A later profiling window of a distributed
+job is moved at commit time (`warehouse.windows`). The rules in full: docs/warehouse.md,
+"Module notes".
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ __all__ = ["Manifest", "append_rows", "commit_lock", "compact", "read_manifest"]
 # one call per job pays per job; merging costs one read and one write of the rows.
 COMPACT_AFTER_PARTS = 16
 # How long a part merged away stays on disk: a query lists the parts and opens them moments
-# later; one that listed them just before a merge must still find them (issue 34, item 5: 3 of
-# 2,986 queries during 60 small ingests failed with "Cannot open file").
+# later; one that listed them just before a merge must still find them (without
+# the grace, 3 of 2,986 queries during 60 small ingests failed with "Cannot open file").
 RETIRED_GRACE_S = 600.0
 
 

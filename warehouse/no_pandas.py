@@ -3,8 +3,8 @@ its parse workers.
 
 pyarrow imports pandas (when installed) on its first conversion of almost anything (`pa.array`
 of a list or a numpy array, a scalar, `Table.from_pylist`) to check whether the object is a
-pandas one: ~0.2 s of CPU per process, a fifth of a small ingest's. pandas is optional to
-pyarrow, and with it unimportable pyarrow takes its pandas-free paths. A finder at the head of
+pandas one: a fifth of a small ingest's CPU (docs/warehouse.md, "Module notes"). pandas is
+optional to pyarrow, and with it unimportable pyarrow takes its pandas-free paths. A finder at the head of
 `sys.meta_path` makes it unimportable for the rest of the process, so this is only for
 processes that are known not to use pandas; the Python API and Dagster are left alone.
 """

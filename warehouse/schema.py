@@ -1,7 +1,7 @@
 """The one Arrow schema registry. Every table the warehouse writes is declared here and only here.
 
 Times are int64 nanoseconds, parsed exactly from the JSON text (float64 drops ns digits at epoch
-scale, field-notes §3). `job` and `rank` are stored inside every file as well as in the directory
+scale). `job` and `rank` are stored inside every file as well as in the directory
 names, so a Parquet file is self-describing when it is copied out of the warehouse.
 """
 
@@ -206,7 +206,7 @@ COLLECTIVE_STATUSES: tuple[str, ...] = ("matched", "partial", "single-rank", "un
 
 TABLES["collectives"] = COLLECTIVES
 
-# Replay results (issue 3, lumos/replay/run.py): one Parquet file per job under <wh>/<table>/job=<enc>/.
+# Replay results (lumos/replay/run.py): one Parquet file per job under <wh>/<table>/job=<enc>/.
 SCHEDULES = pa.schema(
     [
         pa.field("job", pa.string(), nullable=False),
@@ -373,7 +373,7 @@ REPLAY_RUNS = pa.schema(
 )
 TABLES["replay_runs"] = REPLAY_RUNS
 
-# Explanations of measured and replayed iterations (issue 3 item 5, lumos/explain/), one Parquet
+# Explanations of measured and replayed iterations (lumos/explain/), one Parquet
 # file per job under <wh>/<table>/job=<enc>/. `mode` is 'measured' (the trace's own times),
 # 'model' or 'identity' (the replay's schedules). Times are ns from the rank's origin.
 BREAKDOWN = pa.schema(

@@ -1,19 +1,12 @@
 """Profiling windows: several trace files of one rank of one run.
 
-`torch.profiler` with `schedule(..., repeat=N)` writes one file per active window and rank (the
-tensorboard handler names them `<host>_<pid>.<ms>.pt.trace.json`), and every window's file carries
-the same `distributedInfo.rank`. They are not the same trace twice: the windows profile different
-steps, one after the other. The step counter is the key the ranks share (every rank's window k
-holds the same `ProfilerStep#` numbers, whatever its clock), so a later window of a job goes to
-`<job>/steps-<first step>`, and the ranks of that window meet there.
-
-A file is another window of `job` when, on the commit path only (no cost to the common case):
-* a file of the same rank is held in `job` with other content, or `job` holds files and this one
-  runs entirely outside the time span of every one of them (its rank's first window may not have
-  arrived yet: it must not join a window it is not part of);
-* and both sides hold `ProfilerStep#` annotations, with no step in common.
-Anything else stays as before: the same rank with overlapping steps is a conflict and is refused.
-The window ingested first keeps the job's own name.
+`torch.profiler` with `schedule(..., repeat=N)` writes one file per active window and rank, each
+with the same `distributedInfo.rank` but other steps. The `ProfilerStep#` numbers are the key the
+ranks share, so a later window of a job goes to `<job>/steps-<first step>`. A file is another
+window of `job`, decided on the commit path only, when it conflicts with or lies outside what the
+job holds and both sides hold `ProfilerStep#` annotations with no step in common; anything else
+is as before. The window ingested first keeps the job's name. The rule in full:
+docs/warehouse.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -99,8 +99,8 @@ def _profiler_cost(args: argparse.Namespace, given: dict) -> dict | None:
     without GPU work or whose graph cannot be cut into layers."""
     from lumos.estimate.config import ConfigError
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.layers import TemplateError
     from lumos.estimate.profiler_cost import PROFILER_EVENT_NS
+    from lumos.estimate.template import TemplateError
     from lumos.estimate.transforms import TransformError
 
     try:

@@ -38,7 +38,7 @@ def _ms(ns: int) -> str:
 def _run(args: argparse.Namespace) -> int:
     from lumos.estimate.config import ConfigError, parse_overrides
     from lumos.estimate.estimator import Estimator, split_speedups
-    from lumos.estimate.layers import TemplateError
+    from lumos.estimate.template import TemplateError
     from lumos.estimate.throughput import job_device, mfu_note, throughput
     from lumos.estimate.transforms import TransformError
     from warehouse.no_pandas import block_pandas

@@ -1,5 +1,5 @@
 """`lumos groundtruth run`: profile real GPT training runs on the CPU, one job directory per
-configuration (issue 4; needs the `train` extra, torch). `lumos groundtruth spread DIR`: the
+configuration (needs the `train` extra, torch). `lumos groundtruth spread DIR`: the
 noise floor of each configuration. `lumos groundtruth accuracy DIR --base NAME`: predict every
 configuration of a corpus from one base job and compare with its median traced step."""
 
@@ -57,17 +57,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Ingest DIR's jobs into the warehouse (if not there yet), predict every "
         "configuration from the base job's trace, and print predicted vs the median traced "
         "step with the run's own spread. Collective costs and contention are learned from the "
-        "warehouse without the job being predicted; with --no-fleet, from nothing but the base's "
+        "warehouse without the job being predicted; with --no-calibration, from nothing but the base's "
         "trace and the host prior (what a user with a single trace gets).",
     )
     acc.add_argument("dir", type=Path, metavar="DIR", help="output of `groundtruth run`")
     acc.add_argument("--base", default="base", help="the base job's folder name (default base)")
     add_warehouse(acc, type=Path)
     acc.add_argument(
-        "--no-fleet",
-        dest="fleet",
+        "--no-calibration",
+        "--no-fleet",  # its former name
+        dest="calibration",
         action="store_false",
-        help="learn from the base job alone (every other job of the warehouse left out)",
+        help="learn from the base job alone (no calibration jobs: every other job of the "
+        "warehouse left out)",
     )
     acc.set_defaults(func=_accuracy)
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
@@ -142,11 +144,13 @@ def _accuracy(args: argparse.Namespace) -> int:
     from lumos.estimate.accuracy import corpus_accuracy
 
     try:
-        rows = corpus_accuracy(args.dir, args.warehouse, base=args.base, fleet=args.fleet)
+        rows = corpus_accuracy(
+            args.dir, args.warehouse, base=args.base, calibration=args.calibration
+        )
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"from {args.base}" + ("" if args.fleet else " alone (no fleet)") + ":")
+    print(f"from {args.base}" + ("" if args.calibration else " alone (no calibration jobs)") + ":")
     print(f"{'config':>22} {'predicted':>10} {'measured':>10} {'error':>8} {'cv':>6}  in interval")
     for r in rows:
         print(

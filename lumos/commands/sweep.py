@@ -48,7 +48,6 @@ def _run(args: argparse.Namespace) -> int:
     from lumos.api import Warehouse
     from lumos.estimate.config import ConfigError, parse_overrides
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.layers import TemplateError
     from lumos.estimate.store import write_estimates
     from lumos.estimate.sweep import (
         DEFAULT_ORDER,
@@ -58,6 +57,7 @@ def _run(args: argparse.Namespace) -> int:
         rank_rows,
         run_sweep,
     )
+    from lumos.estimate.template import TemplateError
     from lumos.estimate.throughput import job_device, mfu_note, throughput
     from lumos.estimate.transforms import TransformError
 

@@ -1,4 +1,4 @@
-"""Estimation accuracy on a ground-truth corpus (issue 5): predict every configuration of the
+"""Estimation accuracy on a ground-truth corpus: predict every configuration of the
 corpus from one base job's trace and compare with the median traced step of the real run.
 
 A corpus is a folder of job folders written by `lumos groundtruth run` (each with a
@@ -42,13 +42,13 @@ def corpus_jobs(corpus: Path) -> list[Path]:
 
 
 def corpus_accuracy(
-    corpus: Path, warehouse: Path, base: str = "base", fleet: bool = True
+    corpus: Path, warehouse: Path, base: str = "base", calibration: bool = True
 ) -> list[dict[str, Any]]:
     """One row per configuration: predicted vs measured median traced step, error, spread.
-    Without `fleet`, every estimate learns from the base's trace alone (and the host prior):
+    Without `calibration`, every estimate learns from the base's trace alone (and the host prior):
     what a user with a single trace gets."""
+    from lumos.estimate.calibration import Calibration
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.fleet_model import FleetModel
     from warehouse.handle import WarehouseHandle
 
     jobs = corpus_jobs(corpus)
@@ -66,14 +66,14 @@ def corpus_accuracy(
     rows = []
     # each job's inferred state, once for every held-out run
     states: dict[str, tuple[float, float] | None] = {}
-    # without the fleet, every job of the warehouse but the base is left out
+    # without the calibration jobs, every job of the warehouse but the base is left out
     others = sorted(set(wh.sql("SELECT DISTINCT job FROM traces")["job"]) - {base})
-    alone = None if fleet else FleetModel.learn(wh, base, exclude=others, states=states)
+    alone = None if calibration else Calibration.learn(wh, base, exclude=others, states=states)
     for j in jobs:
-        # what the fleet teaches (collective costs, contention) is learned without the run
+        # what the calibration jobs teach (collective costs, contention) is learned without the run
         # being predicted
         held_out = [j.name] if j.name != base else []
-        f = alone or FleetModel.learn(wh, base, exclude=held_out, states=states)
+        f = alone or Calibration.learn(wh, base, exclude=held_out, states=states)
         # the host's cores as the estimator resolved them (the trace's record, the prior's)
         c = est.contention
         model = Estimator(
@@ -106,7 +106,7 @@ def corpus_accuracy(
                 "max_ms": step["max"] / 1e6,
                 "in_interval": pred.interval_ns[0] <= step["median"] <= pred.interval_ns[1],
                 "warnings": len(pred.warnings),
-                # the fleet's run speed the CPU work took (working_set.WorkingSet.offset)
+                # the calibration jobs' run speed the CPU work took (working_set.WorkingSet.offset)
                 "run_speed": f.working_set.run_speed,
             }
         )

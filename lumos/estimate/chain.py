@@ -4,7 +4,8 @@ The graphs `lumos.estimate.transforms` builds have CPU threads only, fixed depen
 latencies and per-task delays: no launches, runtime dependencies or collectives. For them the
 replay rule of `kernels.replay` reduces to ``start = max(processor free, max(pred end + lat)) +
 delay``, each processor running its tasks in id order. Importing numba and loading the cached
-kernel costs ~1 s, more than the whole estimate; sweeps use the numba kernel
+kernel costs more than the whole estimate (docs/estimate.md, "Module notes"); sweeps use the numba
+kernel
 (`kernels.replay.replay_sweep`), and the tests check that both give the same schedule.
 """
 

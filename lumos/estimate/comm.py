@@ -1,27 +1,13 @@
 """Cost of the collectives the transforms insert.
 
 Ring all-reduce over n ranks: ``2(n-1)·alpha + 2(n-1)/n · bytes / bw`` (0 when n = 1);
-point-to-point: ``alpha + bytes / bw``; a send costs the sender ``alpha``.
-
-`CommModel.calibrate(warehouse, job)` fits ``alpha`` and ``bw`` on the gloo / NCCL collectives
-the warehouse holds on the job's kind of device (`lumos_sql/estimate/comm_samples.sql`: each
-all-reduce's per-rank duration, the fastest rank's being the least waited, against its message
-bytes); without samples it falls back to defaults per device kind and says so in `notes`.
-
-Synchronous collectives (tensor parallelism's all-reduces, which block the calling thread) cost
-the step more than their transfer: the hand-off to the communication thread, the wait for the
-slowest peer and the wake-up (on the 2-core corpus machine: 1.6 ms mean for a 128 KiB all-reduce
-whose transfer takes 0.2 ms). `sync_alpha_ns` is that per-step latency, learned from the
-warehouse's synchronous all-reduces (`lumos_sql/estimate/collective_waits.sql`: the calling
-thread's mean blocking per collective) with the bandwidth of the fit above; without such samples
-synchronous collectives cost their transfer only, and `sync_notes` says so.
-
-An *exposed* asynchronous collective (DDP's last gradient bucket: the optimizer waits for it)
-costs the step more than its transfer too: the wait for the later peer, whose backward ends at
-another moment. `exposed_wait_ns` is that wait, learned from the same query: the last
-asynchronous all-reduce of each rank's step, its mean duration over ranks less its transfer
-(on the corpus machine ~2.5 ms for both 3 MB and 14 MB buckets: a wait, not a bandwidth).
-Without such samples the exposed bucket costs its transfer only (`exposed_notes`).
+point-to-point: ``alpha + bytes / bw``; a send costs the sender ``alpha``. `CommModel.calibrate`
+fits ``alpha`` and ``bw`` on the warehouse's collectives of the job's kind of device
+(`lumos_sql/estimate/comm_samples.sql`), and learns two latencies the transfer alone misses:
+`sync_alpha_ns` (a synchronous all-reduce's hand-off, peer wait and wake-up) and
+`exposed_wait_ns` (the wait for the later peer on DDP's exposed last bucket), both from
+`lumos_sql/estimate/collective_waits.sql`. Without samples each falls back and says so in its
+notes. Why and what was measured: docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -74,7 +60,7 @@ class CommModel:
     sync_notes: list[str] = field(default_factory=list)
     exposed_wait_ns: float = 0.0
     exposed_notes: list[str] = field(default_factory=list)
-    # jobs whose collectives were synchronous: their ranks run in lock-step (fleet.Contention)
+    # jobs whose collectives were synchronous: their ranks run in lock-step (contention.Contention)
     lockstep_jobs: list[str] = field(default_factory=list)
     exposed_learned: bool = False
 
@@ -178,9 +164,9 @@ class CommModel:
         in `exclude`), else the defaults. A job of more ranks than its host's cores (where its
         recorder wrote them, else the base's) ran its collectives time-shared: their times are
         divided by its ranks per core, and an estimate multiplies them back for its target."""
-        from lumos.estimate.fleet_sql import fleet_rows
+        from lumos.estimate.calibration_sql import calibration_rows
 
-        (rows, sync_rows, cores), why = fleet_rows(
+        (rows, sync_rows, cores), why = calibration_rows(
             wh, ["comm_samples", "collective_waits", "host_cores"], job, exclude
         )
         if why == "no catalog":
@@ -296,9 +282,9 @@ def _elements(dims_json: str) -> int:
 
 
 def _per_core(cores: dict[str, int], base: str) -> Callable[[str, int], float]:
-    """(job, world) -> ranks per core of that job (`fleet.ranks_per_core`): its host's cores
+    """(job, world) -> ranks per core of that job (`contention.ranks_per_core`): its host's cores
     where recorded, else the base's."""
-    from lumos.estimate.fleet import ranks_per_core
+    from lumos.estimate.contention import ranks_per_core
 
     def share(job: str, world: int) -> float:
         return ranks_per_core(world, cores.get(job) or cores.get(base) or 0)

@@ -1,24 +1,12 @@
 """Chain compression of an edited graph: fewer, longer tasks with exactly the same makespan.
 
 A run of consecutive tasks on one processor where no task but the first has a predecessor and no
-task but the last has a successor behaves like one task: its first task starts at
-``max(processor free, preds) + delay`` and every later one at ``previous end + its delay``, so
-the run ends at ``first start + Σ dur + Σ later delays``. `compress` merges every such run into
-one task (delay of the first, the later delays folded into the duration), keeps the edges
-between runs, and yields a graph of a few tasks per pipeline transfer instead of every op: the
-estimator's 50k-task graphs shrink ~100×, and the makespan (the largest end, which is the end of
-some processor's last run) is identical.
-
-Durations stay exact, not merely close: `transforms.durations` rounds each task's duration to a
-nanosecond, so a run's duration is the sum of rounded task durations. Tasks with the same
-template op and duration class always get the same duration (a *unit*); a run is a multiset of
-units, and runs with equal multisets (e.g. micro-batch m and m + M_base of one stage) share a
-*signature*. Per configuration: one duration per unit (C × U, U ≈ template size), one sum per
-signature (a sparse product over the signatures' (unit, count) pairs), one gather per run. All
-integer-valued float64 sums far below 2**53, hence exact.
-
-Only CPU-thread tasks without launches, runtime waits or collectives (all the estimator builds)
-are supported; other graphs are refused.
+task but the last has a successor behaves like one task; `compress` merges every such run into
+one task (delay of the first, the later delays folded into the duration) and keeps the edges
+between runs, so the estimator's graphs shrink by about 100x with the same makespan to the
+nanosecond (durations are integer-valued float64 sums, hence exact). Only CPU-thread tasks
+without launches, runtime waits or collectives are supported; other graphs are refused.
+Details (units, signatures): docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations

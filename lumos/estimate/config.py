@@ -1,20 +1,11 @@
 """The model and parallel configuration an estimate starts from (and predicts for).
 
-`ModelConfig` holds one training configuration: model shape (layers, hidden, ffn, heads,
-kv_heads: the key/value heads of grouped-query attention, seq, vocab), batch (micro_batch,
-num_micro_batches), parallel degrees (dp, pp, tp, pp_schedule) and the
-memory-relevant choices (dtype_bytes, recompute, zero_stage, sequence_parallel, gated_mlp,
-flash_attention: a fused attention kernel that keeps no attention scores; vocab_parallel: tensor
-parallelism splits the embedding table and LM head by vocabulary, as Megatron does, instead of
-replicating them; autocast: mixed precision by `torch.autocast`, fp32 weights, gradients and
-residual stream with each operator casting its inputs to the `dtype_bytes` type, as opposed to
-weights held in that type; fused_qkv: one QKV projection whose output the attention's q/k/v views
-keep alive, else separate Q, K and V projections; unfused_norm: the layers' norms are written as
-separate elementwise operators, as Hugging Face's RMSNorm is (pow, mean, rsqrt, mul), and keep
-their normalised fp32 output for the weight's gradient as well as their input. The last three only
-change the memory estimate under autocast; all three default to False, the behaviour before them).
-`parse_overrides` turns `key=value` strings (`--base`, `--set`) into typed values, refusing unknown
-keys and bad values with a message that names the key, the value and where it came from.
+`ModelConfig` holds one training configuration: model shape, batch, parallel degrees and the
+memory-relevant choices (precision, recomputation, ZeRO stage, sequence parallelism, fused
+attention, vocabulary-parallel embedding, autocast, fused QKV, unfused norms); each field's
+meaning is in docs/estimate-base.md, "Module notes". `parse_overrides` turns `key=value` strings
+(`--base`, `--set`) into typed values, refusing unknown keys and bad values with a message that
+names the key, the value and where it came from.
 """
 
 from __future__ import annotations

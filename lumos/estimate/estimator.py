@@ -1,25 +1,13 @@
 """Base job + target configurations -> edited graphs -> numba replay -> predictions.
 
 `Estimator.open(warehouse, job, base_overrides)` loads (or builds and caches) the job's template
-and inferred base configuration; `predict(targets)` groups the targets by graph structure
-(`transforms.Structure`), builds each structure's graph once, merges its runs of tasks that no
-other processor waits on (`compress`: ~100× fewer tasks, the same makespans to the nanosecond),
-fills a (configs × runs) duration matrix per group and replays it with
-`kernels.replay.replay_sweep`. `explain(target)` replays one configuration's full graph with its
-schedule and returns the breakdown.
-
-Interval: the base run's own step spread (min/median and max/median of its traced steps), widened
-by 5% per doubling of the shape ratios applied to the roles that make up the prediction, and, when
-the world size changes, by the spread of the contention the fleet's jobs showed
-(`lumos.estimate.fleet`), and by how far the fleet's whole jobs ran from the speed their training
-state predicts (`lumos.estimate.working_set`: recording noise the base's own steps cannot show).
-The fleet's runs also set the speed of the target's CPU work: when the jobs matched on most of
-their op time ran faster or slower than the base at their state, a new run is expected at their
-mean speed, shrunk by n / (n + 1) (`WorkingSet.offset`; said in the warnings).
-
-Speed-ups: ``speedup.<class>=N`` divides the durations of that class by N; classes are the
-roles of `lumos.estimate.layers.ROLES`, the families ``gemm`` (all GEMMs), ``token``
-(memory-bound token ops), ``comm`` (every collective and p2p transfer) and ``all``.
+and inferred base configuration; `predict(targets)` groups the targets by graph structure, builds
+each structure's graph once, compresses it (`compress`), fills a (configs x runs) duration matrix
+and replays it with `kernels.replay.replay_sweep`; `explain(target)` replays one configuration's
+full graph with its schedule and returns the breakdown. The interval starts from the base run's
+own step spread and widens with the shape ratios and what the calibration jobs showed.
+``speedup.<class>=N`` divides that class's durations by N (roles of `template.ROLES`, ``gemm``,
+``token``, ``comm``, ``all``). How the interval is built: docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -40,27 +28,15 @@ import numpy as np
 if TYPE_CHECKING:
     from lumos.estimate.gpu_step import GpuStep
 
+from lumos.estimate.calibration import Calibration
 from lumos.estimate.comm import CommModel
 from lumos.estimate.compress import CompressedGraph, compress
 from lumos.estimate.config import ConfigError, ModelConfig, parse_overrides
-from lumos.estimate.fleet import ANOTHER_HOST, Contention
-from lumos.estimate.fleet_model import FleetModel
-from lumos.estimate.fleet_slope import activations_kept, state_of
-from lumos.estimate.gemm_fleet import GemmCurve, role_gemms
+from lumos.estimate.contention import ANOTHER_HOST, Contention
+from lumos.estimate.gemm_curve import GemmCurve, role_gemms
 from lumos.estimate.idle_gaps import IdleGaps
-from lumos.estimate.layers import (
-    BLOCK,
-    ROLE,
-    ROLES,
-    Template,
-    extract_template,
-    manifest_stamp,
-    shape_roles,
-    template_dir,
-    template_path,
-)
 from lumos.estimate.memory import MemoryEstimate, estimate_memory
-from lumos.estimate.op_fleet import OpTimes
+from lumos.estimate.op_times import OpTimes
 from lumos.estimate.profiler_cost import PROFILER_EVENT_NS
 from lumos.estimate.retime import (
     GEMM_ROLES,
@@ -74,6 +50,18 @@ from lumos.estimate.retime import (
     split_fixed,
     stage_param_counts,
     stage_tensor_counts,
+)
+from lumos.estimate.slope_law import activations_kept, state_of
+from lumos.estimate.template import (
+    BLOCK,
+    ROLE,
+    ROLES,
+    Template,
+    extract_template,
+    manifest_stamp,
+    shape_roles,
+    template_dir,
+    template_path,
 )
 from lumos.estimate.transforms import (
     N_ROLES,
@@ -94,7 +82,7 @@ from lumos.estimate.transforms import (
 from lumos.estimate.working_set import WorkingSet
 
 SPEEDUP_PREFIX = "speedup."
-# Bumped whenever the cached template or fleet files change shape (2: Template.elems), so a
+# Bumped whenever the cached template or calibration files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
 CACHE_FORMAT = 47
 # the cache folder of a single-GPU base's step graph
@@ -306,12 +294,12 @@ class Estimator:
         host_cores_from: str = "--host-cores",
     ) -> Estimator:
         """The estimator of `job` in the warehouse at `root`. The template, the inferred base and
-        what the fleet teaches are cached beside each other (`template_dir`), stamped with the
-        manifest's parts: any ingest since (of this job or of others, which change the fleet)
+        what the calibration jobs teach are cached beside each other (`template_dir`), stamped with the
+        manifest's parts: any ingest since (of this job or of others, which change the calibration jobs)
         rebuilds them. Once cached, opening touches neither DuckDB nor the catalog (a single
         estimate stays well under a second). `on_build` is told, before the cache is built
-        (seconds on a large fleet), what is being learned. `host_cores`: the CPU cores the
-        base's host gave its ranks (ranks beyond them time-share them, `fleet.Contention`); by
+        (seconds on a large warehouse), what is being learned. `host_cores`: the CPU cores the
+        base's host gave its ranks (ranks beyond them time-share them, `contention.Contention`); by
         default what the trace's recorder wrote (`lumos groundtruth` does), else the host
         prior's when the contention is the prior's, else unknown; `host_cores_from` names
         who gave them (warnings quote it)."""
@@ -417,7 +405,7 @@ class Estimator:
         # ranks sharing the device slow every CPU op (not the modelled collectives)
         cpu = np.ones(nc)
         # and a larger training state slows them too (caches: working_set.py), at the speed
-        # the fleet's runs say a new run has
+        # the calibration jobs' runs say a new run has
         cpu[:N_ROLES] = cpu[[cls_opt(s) for s in range(pp)]] = (
             self.cpu_scale(cfg) * self._state_scale(cfg)[0] * self.working_set.run_speed
         )
@@ -468,7 +456,7 @@ class Estimator:
         return self.fixed + self.subclass + self.tp_outside if s.tp > 1 else self.fixed
 
     def _gemm_roles(self) -> dict[int, tuple[int, float, float]]:
-        """Per GEMM role the fleet's curve can re-time: (its units, variable ns, the curve's ns
+        """Per GEMM role the calibration jobs' curve can re-time: (its units, variable ns, the curve's ns
         for one unit's multiplies, forward and backward) in the template. A unit is the role in
         one layer and micro-batch (the LM head: per micro-batch), however many ops the model
         splits it into: separate Q, K and V projections (LLaMA, Mistral, Qwen) or gate and up
@@ -492,7 +480,7 @@ class Estimator:
         return out
 
     def _gemm_mult(self, cfg: ModelConfig) -> tuple[dict[int, float], list[str]]:
-        """Multipliers of the GEMM roles' variable parts from the fleet's curve: the traced
+        """Multipliers of the GEMM roles' variable parts from the calibration jobs' curve: the traced
         multiplies (the curve's time for them, at most the role's variable time) grow by the
         curve's ratio of the target's to the base's (never below a quarter of it), and the
         shapes the curve extrapolates to."""
@@ -514,7 +502,8 @@ class Estimator:
                 new_call = sum(t for t, _ in times)
             beyond += [f"{s}" for s, (_, far) in zip(new, times, strict=True) if far]
             # the curve's ratio, applied to the traced multiplies' share of the variable time:
-            # a fleet recorded on a faster or slower day shifts the curve, not the ratio
+            # a set of calibration jobs recorded on a faster or slower day shifts the curve, not the
+            # ratio
             share = min(calls * base_call, var) / var
             m = 1.0 + (new_call / base_call - 1.0) * share
             out[code] = max(m, 0.25 * new_call / base_call)
@@ -522,7 +511,7 @@ class Estimator:
 
     def _attention_ops(self) -> tuple[list[tuple[str, float, float]], float, float] | None:
         """((op name, its fitted per-call ns at the base's shape, its ops' traced ns) per
-        attention op name, the ops' fixed ns, their variable ns) of the template, when the fleet
+        attention op name, the ops' fixed ns, their variable ns) of the template, when the calibration jobs
         fitted every one of them; else None (the roofline split of `attention_ratio` applies)."""
         idx = np.flatnonzero(self.tpl.role == ROLE["attn"])
         var = float(self.var[idx].sum())
@@ -543,7 +532,7 @@ class Estimator:
 
     def _attention_mult(self, cfg: ModelConfig) -> float:
         """Multiplier of attention's variable part: each traced op grows by the fitted ratio of
-        cfg's shape to the base's (a ratio: a fleet recorded on a faster or slower day shifts
+        cfg's shape to the base's (a ratio: a set of calibration jobs recorded on a faster or slower day shifts
         the fit, not the ratio)."""
         ops, fixed, var = self._attn_ops
         shape = _attention_shape(cfg)
@@ -569,7 +558,7 @@ class Estimator:
 
     def _worlds(self, cfg: ModelConfig) -> tuple[int, int, bool, bool]:
         """(base world, target world, base lock-step, target lock-step): TP ranks block on
-        every linear's all-reduce, so they run in lock-step (fleet.Contention)."""
+        every linear's all-reduce, so they run in lock-step (contention.Contention)."""
         return _world(self.base), _world(cfg), self.base.tp > 1, cfg.tp > 1
 
     def structure(self, cfg: ModelConfig) -> Structure:
@@ -603,7 +592,7 @@ class Estimator:
         if beyond:
             out.append(
                 f"GEMM shape(s) (m, k, n) {', '.join(sorted(set(beyond)))} beyond those the "
-                "fleet measured on this device: their times are extrapolated"
+                "calibration jobs measured on this device: their times are extrapolated"
             )
         if cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1:
             out += [n for n in self.comm.notes if n not in out]
@@ -662,9 +651,9 @@ class Estimator:
         r = ratio[self._roles_used]
         r = r[r > 0]
         widen = 0.05 * float(np.max(np.abs(np.log2(r)))) if r.size else 0.0
-        # contention varies between the fleet's jobs of one world size: so may the target's
+        # contention varies between the calibration jobs of one world size: so may the target's
         c_lo, c_hi = self.contention.spread(*self._worlds(cfg))
-        # and whole jobs of the fleet ran faster or slower than their state says
+        # and whole calibration jobs ran faster or slower than their state says
         w_lo, w_hi = self.working_set.interval_spread()
         lo = pred * self.spread[0] * c_lo * w_lo * (1 - min(widen, 0.5))
         hi = pred * self.spread[1] * c_hi * w_hi * (1 + widen)
@@ -987,7 +976,7 @@ def _memory(cfg: ModelConfig) -> MemoryEstimate:
 
 @functools.lru_cache(maxsize=8192)
 def _state(cfg: ModelConfig) -> tuple[float, float]:
-    """cfg's `fleet_slope.state_of`, once per configuration (a sweep reads it for the working
+    """cfg's `slope_law.state_of`, once per configuration (a sweep reads it for the working
     set and the gaps), its memory as `state_of` reads it: with the activations kept."""
     kept = activations_kept(cfg)
     return state_of(kept, _memory(kept).memory_bytes)
@@ -1051,7 +1040,7 @@ def _attention_shape(cfg: ModelConfig) -> tuple[int, int, int]:
 
 
 def _build_cache(root: Path, job: str, stamp: str) -> None:
-    """Extract the template, infer the base and learn from the fleet for `job` (~2 s)."""
+    """Extract the template, infer the base and learn from the calibration jobs for `job` (~2 s)."""
     from lumos.estimate.infer import infer_base
     from warehouse.handle import WarehouseHandle
 
@@ -1077,7 +1066,7 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
             "host_cores": inf.host_cores,
         },
     )
-    f = FleetModel.learn(wh, job)
+    f = Calibration.learn(wh, job)
     comm = f.comm
     _write_json(
         folder / "comm.json",

@@ -1,21 +1,12 @@
 """Edit a GPU base step's graph for another layer count and number of micro-batches.
 
-The step is read as sections, in order: the head (before the first forward op), then per
-micro-batch its forward and its backward, then the optimizer and the tail. A forward or backward
-section is a prefix, one run of tasks per layer (ops between layers stay with the layer before
-them) and a suffix. The target's step is made of copies of those pieces:
-
-- layers: target layer j is a copy of base layer ``j * L // L'`` (L' > L repeats each base layer,
-  L' < L keeps every k-th); a backward section keeps the base's (reverse) layer order;
-- micro-batches: target micro-batch m copies base micro-batch ``min(m, M - 1)``, the last one the
-  base's last (its backward may end differently: a gradient synchronisation);
-- a GPU task goes wherever its launch call goes, right after it, so kernels, copies and memsets
-  are copied, removed and ordered with the operators that issue them.
-
-Edges: an edge between two tasks copied together is copied with them; an edge between pieces
-joins each copy of its destination to the latest copy of its source placed before it. The
-backward thread's return to the main thread (the edge from a backward section's last task) is
-re-made after every backward copy, so the next micro-batch's forward waits for it.
+The step is read as sections (head, per micro-batch forward and backward, optimizer, tail); a
+forward or backward section is a prefix, one run of tasks per layer and a suffix. The target's
+step is made of copies of those pieces: target layer j copies base layer ``j * L // L'``, target
+micro-batch m copies base micro-batch ``min(m, M - 1)``, and a GPU task goes wherever its launch
+call goes. Edges inside a copied piece are copied; an edge between pieces joins each copy of its
+destination to the latest copy of its source placed before it. Full rules: docs/estimate-gpu.md,
+"Module notes".
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ import pyarrow as pa
 
 from kernels.graph import Kind, Rt
 from lumos.estimate.gpu_step import BLOCK_BWD, BLOCK_FWD, GpuStep
-from lumos.estimate.layers import BLOCK, ROLE
+from lumos.estimate.template import BLOCK, ROLE
 from lumos.estimate.transforms import MAX_TASKS
 
 __all__ = ["Coll", "EditedStep", "add_collectives", "edit_step", "layer_map"]

@@ -1,19 +1,13 @@
 """Estimate a GPU training step from its trace's execution graph: edit, re-time, replay.
 
 1. The base step (`gpu_step.load_gpu_step`): one traced step's graph with its labels.
-2. The edit (`gpu_edit.edit_step`): layers, micro-batches and recomputation added or removed as
-   whole pieces of the graph (CPU operators, their launches and their kernels).
-3. Re-timing: CPU tasks keep their traced durations less the profiler's cost
-   (`profiler_cost.PROFILER_EVENT_NS` per event recorded inside them; a checkpointed layer's
-   forward `CHECKPOINT_FORWARD_CPU` times that); a GPU task follows its class (`kernel_work`):
-   GEMMs and attention their role's FLOPs above the fixed part fitted on the base's own GEMMs,
-   element-wise kernels the named size of their operator's input, else their role's shape
-   feature (`retime.features`), above `KERNEL_FIXED_QUANTILE` of the step's kernel durations.
-4. Replay (`kernels.replay`): the step is the makespan of the edited graph; the regime
-   (CPU-issue-bound, GPU-bound, mixed) falls out of the schedule.
+2. The edit (`gpu_edit.edit_step`): layers, micro-batches and recomputation as graph pieces.
+3. Re-timing: CPU tasks keep their traced durations less the profiler's cost (`profiler_cost`);
+   a GPU task follows its class (`kernel_work`).
+4. Replay (`kernels.replay`): the step is the makespan of the edited graph.
 
-`GpuModel` keeps one edited graph per structure (layers, micro-batches, recomputation), so a
-sweep replays every configuration of a structure in one batch, only the durations differing.
+`GpuModel` keeps one edited graph per structure, so a sweep replays every configuration of a
+structure in one batch. Details: docs/estimate-gpu.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -30,10 +24,10 @@ from lumos.estimate.gpu_edit import Coll, EditedStep, Piece, add_collectives, ed
 from lumos.estimate.gpu_pipeline import pipeline_constants, pipeline_step
 from lumos.estimate.gpu_step import GpuStep
 from lumos.estimate.kernel_work import KClass, fit_gemm, named_sizes, size_ratio
-from lumos.estimate.layers import ROLE
 from lumos.estimate.memory import embedding_params, head_params, params_per_layer
 from lumos.estimate.profiler_cost import PROFILER_EVENT_NS, unprofiled_cpu_ns
 from lumos.estimate.retime import features, stage_param_counts
+from lumos.estimate.template import ROLE
 from lumos.replay.build import build_graph
 
 __all__ = ["GpuEstimate", "GpuModel", "KERNEL_FIXED_QUANTILE", "estimate_step"]

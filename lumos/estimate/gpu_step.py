@@ -3,7 +3,7 @@
 The replay's graph (`tasks`, `deps`: CPU operator slices, runtime calls, kernels, copies, syncs,
 streams) is cut to the tasks of the job's traced steps (a GPU task belongs to its launch call's
 step). Every CPU task is labelled by the top-level operator it runs in, with the estimator's
-step structure (`layers.label_step`: block, layer, micro-batch and role of each top-level op, from
+step structure (`template.label_step`: block, layer, micro-batch and role of each top-level op, from
 the trainer's annotations or, without them, the repeating forward sequence and Kineto's
 forward/backward links); a GPU task takes its launch call's labels.
 
@@ -26,7 +26,7 @@ import pyarrow as pa
 import lumos_sql
 from kernels.graph import Kind
 from lumos.estimate.kernel_work import KClass, gemm_flops, kernel_class, largest_elems
-from lumos.estimate.layers import BLOCK, ShapeRoles, TemplateError, label_step
+from lumos.estimate.template import BLOCK, ShapeRoles, TemplateError, label_step
 from lumos.replay.constants import DeviceConstants
 from warehouse.catalog import connect as catalog_connect
 
@@ -332,7 +332,7 @@ def _task_steps(tasks: pa.Table, its: list[dict[str, Any]]) -> np.ndarray:
 
 def load_gpu_step(wh: Any, job: str, *, rank: int = 0, sizes: ShapeRoles | None = None) -> GpuStep:
     """The base step of `job` from the warehouse `wh` (a `lumos.api.Warehouse`): its graph is
-    rebuilt in memory from the job's events (nothing written). `sizes` (`layers.shape_roles` of
+    rebuilt in memory from the job's events (nothing written). `sizes` (`template.shape_roles` of
     the base configuration) gives operators without a role by name their role by the size of
     their largest input (a cast or a copy of the activations scales with them)."""
 

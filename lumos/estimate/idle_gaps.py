@@ -1,24 +1,12 @@
-"""What the warehouse's other jobs teach about the idle gaps between operators.
+"""How the idle gaps between operators grow with the size of their tensors.
 
-The template keeps the idle time before each top-level op (the replay's delay): Python running
-the model's code, dropping references and the allocator freeing and handing out the op's tensors.
-That time follows how large each op's tensors are. On the corpus machine, against the 4-layer
-base, the gaps before ops of the same name last 1.2-1.4x as long at twice the tokens or hidden
-size, 1.5x at 4x the tokens and 1.7x at 3x the hidden size, but only 1.04-1.18x with 2-3x the
-layers. Keeping the base's gaps under-predicted large models by up to 6 ms a step (hidden x3:
-11.3 ms of gaps against the base's 5.4 ms) and over-predicted small ones.
-
-The warehouse teaches it per device (`lumos_sql/estimate/job_gaps.sql`): for each other job of
-the base's device and world size, the base's gap time re-timed at the job's median gap per op
-name, against the ratio of one layer's activations per micro-batch to the base's
-(`memory.layer_activation_bytes`, the tensors each op of a layer reads and writes). Weighted least
-squares of the log gap ratio on the log activation ratio, through the origin, gives the slope
-`gamma`; a target's gaps are scaled by (activation ratio) ** gamma. The ratio is clamped at 4x
-either way beyond the fleet's range, with a warning. A negative slope counts as none; fewer than
-two jobs whose activations differ from the base's by 10% teach nothing. The gaps' smaller growth
-with the layer count (the whole state) is left out: fitted as a second variable it made the
-corpus's predictions worse from either base (docs/estimate.md). CPU devices only (a GPU job's host
-gaps hide behind its kernels).
+The template keeps the idle time before each top-level op (Python running the model's code, the
+allocator freeing and handing out tensors), and that time grows with the tensors. The warehouse
+teaches it per device (`lumos_sql/estimate/job_gaps.sql`): the slope `gamma` of the log gap ratio
+on the log ratio of one layer's activations, over the other jobs of the base's device and world
+size; a target's gaps are scaled by (activation ratio) ** gamma, clamped at 4x beyond the range
+seen. CPU devices only (a GPU job's host gaps hide behind its kernels). Measurements and what
+was tried: docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -27,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lumos.estimate.fleet_slope import (
+from lumos.estimate.slope_law import (
     Point,
     SlopeLaw,
+    calibration_sizes,
     fit_slope,
-    fleet_sizes,
     parse_points,
     points_from_rows,
     power_scale,
@@ -64,7 +52,7 @@ class IdleGaps(SlopeLaw):
         return IdleGaps(p.gamma, list(self.points), [note], p.gamma_span)
 
     def scale(self, base_act: float, target_act: float) -> tuple[float, str | None]:
-        """(factor on the target's gaps, a warning when its ratio is beyond the fleet's)."""
+        """(factor on the target's gaps, a warning when its ratio is beyond the calibration jobs')."""
         return power_scale(
             self.gamma, self.points, base_act, target_act, "per-layer activations",
             "the idle gaps between ops are", self.span,
@@ -97,8 +85,8 @@ class IdleGaps(SlopeLaw):
         states: dict[str, tuple[float, float] | None] | None = None,
     ) -> IdleGaps:
         """Learned from the warehouse's jobs on `job`'s device and world size, leaving out
-        `exclude`; `states` memoises each job's `fleet_slope.state_of` (None: not inferable)."""
-        rows, sizes, why = fleet_sizes(wh, "job_gaps", job, exclude, states, 1)
+        `exclude`; `states` memoises each job's `slope_law.state_of` (None: not inferable)."""
+        rows, sizes, why = calibration_sizes(wh, "job_gaps", job, exclude, states, 1)
         if why:
             return cls(notes=[f"idle gaps kept as traced ({why})"])
         return cls.from_rows(rows, sizes, sizes[job])

@@ -1,20 +1,11 @@
 """What a GPU kernel's time follows when the configuration changes: its class and its work.
 
-A kernel is classed by the innermost CPU operator that launched it (`launch_ops.sql`):
-
-- ``GEMM`` (`taxonomy.is_gemm`): its FLOPs, 2·M·N·K from the operator's input shapes. Its time is
-  ``fixed + FLOPs / rate``, both fitted on the base's own GEMM kernels (`fit_gemm`): a small GEMM
-  runs below the GPU's rate (too few tiles to fill it), so a GEMM four times the FLOPs takes
-  less than four times as long.
-- ``ATTENTION`` (`taxonomy.is_attention`): fused attention forward and backward, tensor-core matrix
-  products too: their FLOPs (b·s²·h) above the GEMMs' fixed part.
-- ``OPTIMIZER``: multi-tensor (`_foreach_*`) and fused optimizer kernels, whose work is the
-  parameters they update.
-- ``OTHER``: element-wise, reductions, copies, casts: memory-bound, their time follows the
-  elements of the operator's largest input. Where that count is one of the configuration's
-  named sizes (`named_sizes`: tokens x hidden, the attention scores, a weight matrix, ...), the
-  kernel scales as that size does; an element-wise op on the weights (autocast's bf16 copy of a
-  linear's weight) then follows the weights, not the tokens.
+A kernel is classed by the innermost CPU operator that launched it (`launch_ops.sql`): ``GEMM``
+(its FLOPs above a fixed part, both fitted on the base's own GEMMs by `fit_gemm`), ``ATTENTION``
+(its b·s²·h FLOPs), ``OPTIMIZER`` (the parameters it updates) and ``OTHER`` (memory-bound: the
+elements of its operator's largest input, scaled as the configuration's named size of that count
+scales). The classes come from `lumos_sql.taxonomy`. Details: docs/estimate-gpu.md,
+"Module notes".
 """
 
 from __future__ import annotations

@@ -1,65 +1,10 @@
-"""Memory per rank of a training configuration: parameters, gradients, optimizer state and
-activations, for each pipeline stage, and whether the busiest rank fits on the device.
+"""Memory per rank of a training configuration, and whether the busiest rank fits on the device.
 
-Model (a GPT decoder block: fused QKV with bias, attention-out, an MLP, two layer norms):
-
-- parameters per layer: attention 4h² + 4h (grouped-query attention: K and V are
-  h·kv_heads·head_dim each, with their biases), MLP 2hf + f + h (gated: 3hf), norms 4h; embedding
-  (vocab + seq)·h (learned positions) on the first stage, final norm 2h and an untied LM head
-  vocab·h on the last. Tensor parallelism splits the weight matrices and the column-parallel
-  biases; norms and row-parallel biases are replicated, and so are the embedding and LM head
-  unless `vocab_parallel` (Megatron's vocabulary split: v/t rows per rank).
-- gradients: one per parameter, dtype_bytes each. Optimizer (AdamW): two fp32 moments, plus an
-  fp32 master copy when training in 2-byte precision (ZeRO paper's 2 + 2 + 12 bytes/parameter).
-  ZeRO stage ≥ 1 shards the optimizer state over dp, ≥ 2 the gradients, 3 the parameters.
-- activations per layer per micro-batch, Korthikanti et al. 2022 ("Reducing Activation
-  Recomputation in Large Transformer Models", §4): s·b·h·(34 + 5·a·s/h) bytes in 2-byte precision
-  without parallelism, where 34 = 11 (attention) + 19 (MLP with f = 4h) + 4 (norms); K and V's
-  2 + 2 of the attention's 11 scale with kv_heads / heads. Here the MLP
-  term is 3 + 4·f/h so other FFN sizes scale (19 at f = 4h). Tensor parallel without sequence
-  parallel: s·b·h·(10 + 24/t + 5·a·s/(h·t)), generalised the same way; with sequence parallel
-  everything is divided by t. Selective recomputation drops the 5·a·s/h term; full recomputation
-  keeps only each layer's 2·s·b·h input (/t with sequence parallel) plus one layer recomputed at
-  a time. A fused attention kernel (flash, memory-efficient: `flash_attention`) stores no scores
-  either, only its softmax statistics, so it drops the 5·a·s/h term as selective recomputation
-  does. Scaled by dtype_bytes / 2 for other precisions. The LM head's logits for the loss add
-  4·s·b·v on the last stage (/t with `vocab_parallel`).
-- micro-batches whose activations a stage holds: 1F1B up to min(pp − stage, m), GPipe all m.
-
-Under `autocast` (torch.autocast over fp32 weights, as a Hugging Face model trained with
-`torch.autocast(dtype=bfloat16)` and `torch.optim.AdamW` is) the figure is
-`torch.cuda.max_memory_allocated()`: the largest of the bytes alive at three moments of a step,
-with T = s·b tokens, P parameters, w = dtype_bytes (2) and every tensor counted by its dtype:
-
-- always: fp32 weights 4P and AdamW's fp32 moments 8P (the weights are the master copy: no extra
-  copy); fp32 gradients 4P, alive from the first micro-batch's backward to `zero_grad`
-  (set_to_none), so at a backward moment only when a previous micro-batch left them (m ≥ 2).
-- the loss's backward in the last micro-batch (the peak of every traced run): the layers' saved
-  activations; autocast's w-byte copies of the weights the GEMMs saved for their backward
-  (every linear's weight, LM head included, not the embedding nor the norms: w·P_cast; under full
-  recomputation only the LM head's, as the checkpointed forward saved none and autocast's cache is
-  cleared when the forward's autocast region ends); the final norm's saved tensors and the LM
-  head's w-byte input; and 12·T·v bytes of loss: the fp32 log-softmax output saved by the
-  forward (the fp32 upcast of the w-byte logits is freed by then, and so are the logits the
-  loop drops with the model's output), the fp32 gradient nll_loss's backward writes into a
-  [T, v] zero tensor, and log-softmax's backward's fp32 result.
-- full recomputation, the last block's backward: every block's input 4·T·h plus one block
-  recomputed, with its weight copies.
-- the optimizer step (foreach AdamW): gradients 4P and `_foreach_sqrt`'s temporary of the second
-  moments, 4P: 20P in all.
-
-Saved activations of one block under autocast (bytes; the residual stream stays fp32 because the
-embedding and the norms run in fp32, every linear casts its input to w bytes itself and saves that
-copy): each of the two norms keeps its fp32 input (4·T·h), an `unfused_norm` its fp32 normalised
-output too (4·T·h); the attention's projections keep their w-byte inputs, separate Q, K and V one
-copy each (3·w·T·h), a `fused_qkv` one copy and its whole output (w·T·(h + 2·kv)), which the q/k/v
-views passed to attention keep alive; attention keeps q and k as fresh w-byte casts (rotary
-embeddings run in fp32: w·T·(h + kv)), v (separate projections: w·T·kv) and its output (w·T·h),
-the output projection reading that output; without a fused kernel the scores too (5·a·s·s·b,
-Korthikanti's term). The MLP keeps its up projections' w-byte inputs (one each: gate and up when
-gated) and its w-byte intermediates: gated, the gate's output, its activation, the up output and
-the product (4·w·T·f); else the up output and its activation (2·w·T·f). kv = kv_heads·head_dim.
-Tensor parallelism divides all but the norms' tensors by t (the norms too with sequence parallel).
+Parameters, gradients, optimizer state (AdamW, with ZeRO sharding) and activations
+(Korthikanti et al. 2022, generalised to other FFN sizes, grouped-query attention, tensor and
+sequence parallelism and recomputation) for each pipeline stage; under `autocast` the figure is
+`torch.cuda.max_memory_allocated()`, the largest of the bytes alive at three moments of a step.
+Every formula, with the tensors it counts: docs/estimate-base.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
-"""What a host teaches before the warehouse has measured it: priors for the fleet's laws.
+"""Priors for the calibration laws, for a host the warehouse has not measured yet.
 
-The fleet models (`comm`, `fleet.Contention`, `working_set`, `idle_gaps`) learn a device's
-collective latencies, co-location slowdown, working-set and idle-gap laws from the warehouse's
-other jobs. A warehouse holding only the base job (the common first use: one trace, "what if")
-teaches none of them, and the bare physics then misses most of a multi-rank target's cost. On the
-ground-truth corpus from the 4-layer base alone: tensor parallelism was predicted 50% short (its
-synchronous all-reduces cost their 0.2 ms transfer where the host takes ~1.6 ms to hand off, wait
-and wake), data parallelism 12% short (DDP's last bucket waits ~3.4 ms for the later peer) and a
-12-layer model 9% short (no working-set slowdown).
-
-A `HostPrior` is those laws as one fleet measured them on one kind of host, kept as a JSON file
-per device kind (`priors/cpu.json`: the CPU prior, learned by `learn` from the bundled
-ground-truth corpus in `tests/data/corpus`, recorded on a 2-core host with one thread per rank
-and gloo over loopback). Each fleet model takes the prior only for what its own warehouse could
-not teach, and says so in its notes, so that an estimate's warnings name every law it borrowed.
-On two corpus recordings the bundled corpus never saw, estimates from the base alone with the
-prior were as accurate as with the rest of the recording as the fleet (docs/estimate.md). GPU
-devices have no prior: their collectives keep `comm.DEFAULTS`, and their CPU ops are launches
-that neither contention nor the working set slows.
+The calibration models (`comm`, `contention.Contention`, `working_set`, `idle_gaps`) learn a device's
+laws from the warehouse's other jobs; a warehouse holding only the base job teaches none of them.
+A `HostPrior` is those laws as one corpus measured them on one kind of host, kept as a JSON file
+per device kind (`priors/cpu.json`, learned by `learn` from `tests/data/corpus`). Each model takes
+the prior only for what its own warehouse could not teach, and says so in its notes. GPU devices
+have no prior. Why, and how accurate: docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -33,7 +21,7 @@ PRIOR_DIR = Path(__file__).with_name("priors")
 
 @dataclass(frozen=True)
 class HostPrior:
-    """The fleet laws of one kind of host, and where they were learned (`source`)."""
+    """The calibration laws of one kind of host, and where they were learned (`source`)."""
 
     kind: str
     source: str
@@ -43,7 +31,7 @@ class HostPrior:
     bw_bytes_per_ns: float
     sync_alpha_ns: float
     exposed_wait_ns: float
-    # co-location (fleet.Contention): world size -> slowdown, and each job's ratio (intervals)
+    # co-location (contention.Contention): world size -> slowdown, and each job's ratio (intervals)
     contention: dict[int, float] = field(default_factory=dict)
     contention_ratios: dict[int, list[float]] = field(default_factory=dict)
     lockstep: dict[int, float] = field(default_factory=dict)
@@ -56,9 +44,10 @@ class HostPrior:
     # idle gaps (idle_gaps.IdleGaps): exponent and the log activation ratios it was learned over
     gamma: float = 0.0
     gamma_span: tuple[float, float] = (0.0, 0.0)
-    # attention ops (op_fleet.OpTimes): per op name, the coefficients of `attention_terms`
+    # attention ops (op_times.OpTimes): per op name, the coefficients of `attention_terms`
     attention: dict[str, list[float]] = field(default_factory=dict)
-    # the CPU cores of the host the fleet ran on (fleet.Contention: more ranks time-share them)
+    # the CPU cores of the host the calibration jobs ran on (contention.Contention: more ranks
+    # time-share them)
     cores: int = 0
 
     def cite(self) -> str:

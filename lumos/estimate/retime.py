@@ -1,39 +1,11 @@
 """Re-time operators for a new shape: each role's duration follows one shape feature.
 
-A template op of role r with traced duration t is split into a fixed part (per-call overhead,
-dispatch) and a variable part that scales with the role's feature:
-``t_new = fixed + (t - fixed) * feature_r(new) / feature_r(base)``.
-
-The fixed part is fitted on the base trace's own operators (a per-device fitted roofline:
-``t = c0 + a * feature`` by least squares over the ops of one family and direction — GEMMs, and
-memory-bound token ops — whose features differ in the base, e.g. QKV vs MLP GEMMs), clipped to
-[0, 0.9·t]. Roles with a single shape in the base (attention, optimizer) take the GEMM overhead.
-
-Features (per rank, per micro-batch; t = micro_batch·seq tokens, h hidden, f ffn, v vocab,
-tp the tensor-parallel degree):
-
-====== =====================================
-role   feature
-====== =====================================
-qkv    t·h·3h/tp           (FLOPs ∝)
-out    t·h·h/tp
-up     t·h·f/tp (gated: 2×)
-down   t·f·h/tp
-head   t·h·v/tp'           (tp' = tp with vocab_parallel, else 1: replicated)
-attn   b·s²·h/tp for the share of its time that is FLOPs at the trace's GEMM rate,
-       b·s·h/tp for the rest (`attention_compute_share`)
-tok_h  t·h                 (bytes ∝)
-tok_f  t·f/tp
-tok_v  t·v/tp'
-emb    t·h
-param_l  parameters of one layer / tp
-opt    parameters held by the rank (its stage) / tp
-====== =====================================
-
-The optimizer's per-call part is fitted on its own ops where the trace recorded their shapes
-(`_per_name_fixed`), and scales with the parameter *tensors* the rank holds
-(`stage_tensor_counts`), as do the gaps between its ops: a for-loop optimizer runs the same ops
-once per tensor.
+A template op of role r with traced duration t is split into a fixed part and a variable part:
+``t_new = fixed + (t - fixed) * feature_r(new) / feature_r(base)``. The fixed part is fitted on the
+base trace's own operators (``t = c0 + a * feature`` per family and direction), clipped to
+[0, 0.9·t]; roles with a single shape in the base take the GEMM overhead. The optimizer scales with
+the parameter tensors the rank holds. The table of roles and features: docs/estimate.md,
+"Module notes".
 """
 
 from __future__ import annotations
@@ -41,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from lumos.estimate.config import ModelConfig
-from lumos.estimate.layers import ROLE, ROLES, Template
 from lumos.estimate.memory import (
     EMBEDDING_TENSORS,
     HEAD_TENSORS,
@@ -51,6 +22,7 @@ from lumos.estimate.memory import (
     stage_layers,
     tensors_per_layer,
 )
+from lumos.estimate.template import ROLE, ROLES, Template
 from lumos_sql.taxonomy import is_attention
 
 GEMM_ROLES = ("gemm_qkv", "gemm_out", "gemm_up", "gemm_down", "gemm_head")

@@ -1,31 +1,11 @@
 """Sweeps: a grid file -> every configuration's estimate -> the `estimates` table.
 
-Grid file (YAML)::
-
-    base:                      # optional: states or overrides the inferred base configuration
-      hidden: 4096
-    grid:                      # key -> list of values; their product is swept
-      dp: [1, 2, 4, 8]
-      pp: [1, 2, 4]
-      tp: [1, 2]
-      layers: [32, 48]
-      speedup.gemm: [1, 2]     # kernel-class speed-ups are keys too
-    constraints:               # optional: expressions over the keys, all must hold
-      - dp * pp * tp == 8
-      - layers % pp == 0
-    host_cores: 64             # optional: the CPU cores the base's host gave its ranks (more
-                               # ranks time-share them; default: the trace's record, the prior)
-    order: -tokens_per_s       # optional: how the best are ranked (a column of ORDER_COLUMNS,
-                               # a leading - for descending; `lumos sweep --order` wins)
-
-Constraints are parsed with `ast` and evaluated by a small interpreter that only knows numbers,
-strings, the grid's keys (and the base's), arithmetic (+ - * / // % **), comparisons, `and`,
-`or`, `not`, and `min`/`max`/`abs`: nothing else can run. Configurations that fail
-`ModelConfig.validate` (e.g. heads not divisible by tp) are skipped and counted.
-
-The best configurations (`rank_rows`): those that fit the device (or whose fit is unknown) before
-those that do not, each group by the order (default: tokens per second, highest first), rows
-without a value (MFU of an fp32 run) after those with one, ties by the step time.
+A grid file (YAML) holds an optional `base`, a `grid` (key -> list of values; their product is
+swept), optional `constraints` (expressions over the keys, evaluated by a small interpreter that
+knows only numbers, strings, the keys, arithmetic, comparisons, `and`/`or`/`not` and
+`min`/`max`/`abs`), `host_cores` and `order`. Configurations that fail `ModelConfig.validate` are
+skipped and counted. `rank_rows` puts those that fit the device first, each group by the order.
+The format with an example: docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations

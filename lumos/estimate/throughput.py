@@ -1,24 +1,12 @@
 """Throughput of an estimate: tokens per second and model FLOPs utilisation (MFU).
 
-    tokens per step  T = micro_batch x num_micro_batches x dp x seq
-    tokens_per_s       = T / step seconds (the predicted step, `predicted_ns`)
-    model FLOPs/step   = T x (6 N + 12 L h s)
-    mfu                = model FLOPs per step / (step seconds x world size x device peak)
+    tokens_per_s = micro_batch x num_micro_batches x dp x seq / step seconds
+    mfu          = tokens x (6 N + 12 L h s) / (step seconds x world size x device peak)
 
-N counts the parameters that multiply activations: per layer the Q, K, V and output projections,
-h (h + 2 kv_heads * head_dim) + h^2, and the MLP, 2 h ffn (3 h ffn gated), times L layers, plus
-the LM head's vocab x h (an embedding lookup does no FLOPs; norms and biases are left out). 6 N
-per token is the forward's 2 N and the backward's 4 N; 12 L h s is attention's scores and
-weighted sum (2 matmuls of 2 s h FLOPs per token and layer forward, x3 with the backward, the
-causal mask not discounted: PaLM's and Megatron's convention). Recomputation (`recompute`) is not
-counted: MFU counts the model's FLOPs only, so a checkpointed step does more work than it is
-credited with, by design (that is hardware FLOPs utilisation's, HFU's, business).
-
-The device peak is the dense (no sparsity) bf16/fp16 tensor peak of the trace's device
-(`deviceProperties[0].name` of every rank, as `lumos_sql/estimate/meta.sql` reads the device
-memory), from `PEAK_FLOPS` by name. MFU is null for a configuration that does not train in 2-byte
-floats (`dtype_bytes` 4: fp32, e.g. the CPU ground-truth runs; 1: fp8, whose peak is not the
-table's), for a trace without a device (a CPU run) and for a device the table does not know.
+N counts the parameters that multiply activations (PaLM's and Megatron's convention;
+recomputation not counted). The peak is the dense bf16/fp16 tensor peak of the trace's device
+(`PEAK_FLOPS`); MFU is null for runs not in 2-byte floats, traces without a device and devices
+the table does not know. Details: docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -134,7 +122,7 @@ def job_device(root: str | Path | None, job: str) -> Device:
     beside the estimator's template as device.json, stamped with the manifest's parts)."""
     import os
 
-    from lumos.estimate.layers import manifest_stamp, template_dir
+    from lumos.estimate.template import manifest_stamp, template_dir
 
     wh_root = Path(root or os.environ.get("LUMOS_WAREHOUSE") or "lumos_warehouse")
     wh_root = wh_root.expanduser().resolve()

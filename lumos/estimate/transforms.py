@@ -1,41 +1,13 @@
 """Graph transforms: from a base job's template to the task graph of another configuration.
 
-The template (`lumos.estimate.layers`) is one traced step cut into blocks. `build(tpl, structure)`
-regenerates the step for a target *structure* — number of layers, pipeline degree and schedule,
-micro-batch count, tensor-parallel degree — and returns an `EditedGraph`: a
-`kernels.graph.ReplayGraph` plus, per task, the class its duration follows. Durations that only
-depend on sizes (hidden, ffn, seq, micro-batch, dp, kernel speed-ups) are filled per
-configuration by `durations()`, so many configurations of one structure replay in one batch
-(sweeps replay the graph with its runs merged, `lumos.estimate.compress`).
-
-What each transform does to the graph (Lumos's edits, field-notes §1, plus TP):
-
-* **layers**: target layer j reuses base layer j mod L_base's forward and backward ops (duplicate
-  or drop a layer's tasks; the chain is rewired by construction).
-* **pp / pp_schedule**: layers are regrouped into contiguous stages (remainder to the first, as
-  `memory.stage_layers`), one processor (the stage's main thread) per stage; the stage's program is
-  regenerated: 1F1B (warm-up of min(P-s-1, M) forwards, then one forward / one backward, then the
-  remaining backwards) or GPipe (all forwards then all backwards). A micro-batch's activation goes
-  from stage s to s+1 as a `send` task on s (latency) and a `recv` task on s+1 that depends on
-  the send and lasts the transfer; gradients flow back the same way.
-* **num_micro_batches**: micro-batch m reuses base micro-batch m mod M_base.
-* **recompute**: activation checkpointing replays a layer's forward (``full``) or its attention
-  core (``selective``) right before the layer's backward, on the backward's thread; the template
-  holds no replay (a checkpointed base's is taken out, `layers.py`), so either way works.
-* **tp**: GEMMs, attention and the ffn-sized token ops are re-timed for 1/tp of the work; an
-  all-reduce of the activation (micro_batch·seq·hidden elements) follows the attention-out and the
-  MLP-down GEMMs in every layer's forward, and the QKV and MLP-up GEMMs' backward (Megatron f/g).
-* **dp**: DDP's bucketed all-reduce of the stage's gradients, overlapped with the last
-  micro-batch's backward (earlier micro-batches accumulate under `no_sync`). Buckets fill in
-  reverse parameter order, the first capped at 1 MiB and the others at 25 MiB (DDP's defaults),
-  so every bucket but the last is ready while the backward still runs: they are one all-reduce
-  task on the stage's communication processor, starting after the first layer's backward of the
-  last micro-batch; the last bucket (the first layers' and the embedding's gradients) is
-  all-reduced after the last backward op, and the optimizer waits for it.
-
-DP and TP replicas run the same program, so one processor per pipeline stage is simulated (plus
-one for its DP all-reduces) and the collectives of a replicated group are tasks of their modelled
-length (no peer waits).
+`build(tpl, structure)` regenerates the step of `lumos.estimate.template`'s template for a target
+*structure* (layers, pipeline degree and schedule, micro-batches, tensor-parallel degree) and
+returns an `EditedGraph`: a `kernels.graph.ReplayGraph` plus, per task, the class its duration
+follows. Durations that only depend on sizes are filled per configuration by `durations()`, so
+many configurations of one structure replay in one batch. DP and TP replicas run the same
+program, so one processor per pipeline stage is simulated (plus one for its DP all-reduces).
+What each transform (layers, pp, micro-batches, recompute, tp, dp) does to the graph:
+docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -46,15 +18,15 @@ import numpy as np
 
 from kernels.graph import ReplayGraph, csr_from_edges
 from lumos.estimate.config import RECOMPUTE
-from lumos.estimate.layers import BLOCK, ROLE, ROLES, Template
 from lumos.estimate.memory import stage_layers
+from lumos.estimate.template import BLOCK, ROLE, ROLES, Template
 
 N_ROLES = len(ROLES)
 SCHEDULES = ("1f1b", "gpipe")
 
 
 # the largest step graph the estimator builds: ~300 bytes a task at its peak (arrays, the
-# replay's state), so ~1.5 GB; 20M let `layers=140000` pass 6 GB (issue 34). A 128-layer model
+# replay's state), so ~1.5 GB; 20M let `layers=140000` pass 6 GB. A 128-layer model
 # with 32 micro-batches is ~2.5M tasks on a GPU step graph
 MAX_TASKS = 5_000_000
 

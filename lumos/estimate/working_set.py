@@ -1,34 +1,12 @@
-"""What the warehouse's other jobs teach about the working set: bigger training state, slower ops.
+"""Bigger training state, slower ops: the working-set law and the base run's own speed.
 
-On a CPU, a rank's weights, gradients, optimizer moments and activations compete for the same
-caches, so an operator of identical name, input shapes and dtypes runs slower in a job whose state is
-larger. On the corpus machine, against the 4-layer base: the 2-layer job's ops ran 6% faster and
-the 8-layer job's 4% slower (time-weighted); a hold-out 12-layer job ran the same GEMMs 11%
-slower. Re-timing by FLOPs and shapes cannot see this, and it was the largest error left on
-layer-count targets (the 2-layer job was over-predicted by 9%).
-
-The warehouse teaches it per device (`lumos_sql/estimate/job_speed.sql`): for each other job of
-the base's device and world size, the time-weighted ratio of its ops to the base's ops of the same
-(name, shapes, dtypes), against the ratio of its per-rank state (`memory.estimate_memory` of its inferred
-configuration) to the base's. The slope of log speed on log state, through the origin and
-weighted by the share of the job's op time that matched, is `beta`: a target's CPU work is scaled
-by (state ratio) ** beta. Beyond the range the fleet covered the law is extrapolated with a
-warning, up to a state ratio of 4x either way (`fleet_slope.MAX_LOG_RATIO`: cache effects
-saturate), where it is clamped. Larger state never makes ops faster, so a
-negative slope is taken as none. Without two jobs whose state differs from the base's by 10% or
-more, beta is 0 and the note says so. Only CPU devices learn it: a GPU trace's CPU ops are
-kernel launches, whose time the training state does not change (the kernels are not in the
-template).
-
-The same points say how fast the base's own run was. A job at the base's state (within 10%) that
-is matched on most of its op time (`MIN_SPREAD_SHARE`) ran the same ops with the same caches: its
-speed against the base is its run's speed and the base's, with no law in between (a job of
-another state would mix in whatever the law misses: on HF GPT-2 the 8-layer runs' fresh pages).
-A new run is one more draw of run speed, so its best guess is the mean of the runs seen, not the
-base's one draw: the target's CPU work takes `offset`, the mean log speed of those n jobs shrunk
-by n / (n + 1) (the weight that minimises the expected squared error when run speeds are
-independent draws; a single such job moves it halfway). On the bundled corpus the base ran 8.8%
-slower than `num_micro_batches_x2` at equal state, and every estimate from it had been high.
+On a CPU a rank's weights, gradients, optimizer moments and activations compete for the same
+caches, so an operator runs slower in a job whose state is larger. The warehouse teaches it per
+device (`lumos_sql/estimate/job_speed.sql`): the slope `beta` of log op speed on log per-rank
+state over the other jobs of the base's device and world size; a target's CPU work is scaled by
+(state ratio) ** beta, clamped at 4x. Jobs at the base's state also say how fast the base's own
+run was: the target takes `offset`, their mean log speed shrunk by n / (n + 1). CPU devices only.
+Measurements: docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -39,13 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lumos.estimate.fleet_slope import (
+from lumos.estimate.slope_law import (
     MAX_LOG_RATIO,
     MIN_LOG_RATIO,
     Point,
     SlopeLaw,
+    calibration_sizes,
     fit_slope,
-    fleet_sizes,
     parse_points,
     points_from_rows,
     power_scale,
@@ -117,8 +95,8 @@ class WorkingSet(SlopeLaw):
         return self.spread[0] / self.run_speed, self.spread[1] / self.run_speed
 
     def job_scales(self) -> dict[str, float]:
-        """Each fleet job's fitted slowdown against the base, run speed included: dividing its
-        op samples by it leaves the shape curves (gemm_fleet, op_fleet) with the shape's effect
+        """Each calibration job's fitted slowdown against the base, run speed included: dividing its
+        op samples by it leaves the shape curves (gemm_curve, op_times) with the shape's effect
         alone, so that neither the state's nor the offset is counted twice (a target's times
         are multiplied by both again)."""
         return {job: math.exp(self.offset + self.beta * x) for job, x, _, _ in self.points}
@@ -126,7 +104,7 @@ class WorkingSet(SlopeLaw):
     def contention_scale(
         self, state: Callable[[str], float | None]
     ) -> Callable[[str, Sequence[Mapping[str, Any]]], float]:
-        """For `fleet.Contention.calibrate`: the slowdown a multi-rank job's training state
+        """For `contention.Contention.calibrate`: the slowdown a multi-rank job's training state
         gives its ops against the single-rank jobs they were compared with (`refs`: each with
         the job's time on the ops it shares; their time-weighted median log state is the
         reference). A pipeline rank holds half the layers: its ops run faster for it, which is
@@ -187,7 +165,7 @@ class WorkingSet(SlopeLaw):
         `exclude`; each job's state comes from its inferred configuration. `states` memoises
         each job's `state_of` (None: not inferable) across calls, e.g. one per held-out job of an
         accuracy check."""
-        rows, sizes, why = fleet_sizes(wh, "job_speed", job, exclude, states, 0, MAX_JOBS)
+        rows, sizes, why = calibration_sizes(wh, "job_speed", job, exclude, states, 0, MAX_JOBS)
         if why:
             return cls(notes=[f"working-set slowdown not learned ({why})"])
         return cls.from_rows(rows, sizes, sizes[job])
@@ -229,7 +207,7 @@ def _offset(points: Sequence[Point], beta: float) -> tuple[float, list[str]]:
     names = ", ".join(p[0] for p in good)
     pace = "faster" if mean > 0 else "slower"
     return offset, [
-        f"the base ran {100 * abs(math.expm1(-mean)):.1f}% {pace} than the {n} fleet job(s) "
+        f"the base ran {100 * abs(math.expm1(-mean)):.1f}% {pace} than the {n} calibration job(s) "
         f"at its state matched on most of their op time ({names}): a new run's CPU work "
         f"takes {n}/{n + 1} of that as its speed ({math.exp(offset):.3f}x)"
     ]

@@ -1,4 +1,4 @@
-"""Explanations of measured and replayed iterations (issue 3, item 5).
+"""Explanations of measured and replayed iterations.
 
 Per job, rank, step and mode (`measured`, `model`, `identity`):
 * `breakdown`: the step's GPU span split into exposed compute, overlapped compute and

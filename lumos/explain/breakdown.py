@@ -1,20 +1,16 @@
 """Breakdown of each step's GPU span into exposed compute, overlap, exposed communication, idle.
 
-Lumos's definition (field-notes §1), over the step's GPU span ``[a, b]`` (first start to last end
-of the GPU tasks the step launched, in the mode's times): with C the union of compute intervals
-and M the union of communication intervals of *all* the rank's GPU tasks (every stream) clipped
-to ``[a, b]``:
+The Lumos paper's definition, over the step's GPU span ``[a, b]`` (first start to last end of the
+GPU tasks the step launched), with C and M the unions of the compute and the communication
+intervals of all the rank's GPU tasks clipped to ``[a, b]``:
 
     exposed_compute = |C \\ M|, overlapped = |C ∩ M|, exposed_comm = |M \\ C|,
     idle = (b - a) - |C ∪ M|              (the four sum to the span)
 
-``ext_wait`` is the part of idle during which a GPU task of the rank sat in its measured external
-wait (``tasks.ext_wait_ns``, the interval before its start: lumos_sql/graph/waits.sql): the share
-of the step held by something outside the trace (peers not traced, ...).
-
-Communication = NCCL/RCCL collective and p2p kernels and peer-to-peer copies; compute = every other
-kernel, memcpy and memset (see lumos_sql/explain/task_steps.sql). Steps without GPU work have no
-row.
+``ext_wait``: the part of idle in which a GPU task sat in its measured external wait
+(``tasks.ext_wait_ns``, lumos_sql/graph/waits.sql). Communication = NCCL/RCCL collective and p2p
+kernels and peer copies; compute = every other kernel, memcpy and memset
+(lumos_sql/explain/task_steps.sql). Steps without GPU work have no row.
 """
 
 from __future__ import annotations

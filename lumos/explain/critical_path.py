@@ -1,24 +1,11 @@
 """The critical path of each replayed step, and what bounded it.
 
-The replay kernel records for every task ``crit_src``: the task that bound its end (processor
-predecessor, fixed predecessor, runtime sync target, the GPU task a back-pressured launch waited
-for, the last collective arrival). From the step's last-ending task (CPU or GPU task of the step,
-steps as in lumos_sql/explain/task_steps.sql) `kernels.intervals.critical_walk` follows it back to
-the step's window start (first start of the step's tasks), cutting ``[window start, last end]``
-into contiguous pieces, one per path node. A node's piece is its execution (after its start) and
-the gap before it (after what bound it):
-
-execution ``exec_cat``: ``cpu`` (operator slices, non-launching runtime calls, event records),
-``launch`` (launching runtime calls, the issue half of blocking copies), ``sync`` (synchronising
-calls: the wait's return latency after the GPU work they waited on; blocking-copy waits),
-``gpu_compute`` (kernels, memcpy, memset), ``communication`` (collective/p2p kernels, as in the
-breakdown).
-
-gap ``gap_cat``: before a CPU task ``cpu`` (the idle gap kept as Python/framework overhead, or a
-thread wake-up); before a GPU task ``launch`` (launch latency and the inter-kernel gap of the
-stream); ``traced_offset`` where a GPU task's start came from the trace (the identity replay's
-anchor, a launch-less first task of a stream); ``communication`` when bound by a collective's
-last arrival on another rank.
+The replay kernel records for every task ``crit_src``, the task that bound its end. From the
+step's last-ending task `kernels.intervals.critical_walk` follows it back to the step's window
+start, cutting ``[window start, last end]`` into contiguous pieces, one per path node: its
+execution (``exec_cat``: cpu, launch, sync, gpu_compute, communication) and the gap before it
+(``gap_cat``: cpu, launch, traced_offset, communication). The categories in full:
+docs/explain.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """SM-utilisation timeline: the share of each 1 ms bin in which at least one GPU stream is busy.
 
-Lumos's definition (field-notes §1). Bins start at the step's GPU span start (the same span as
+The Lumos paper's definition. Bins start at the step's GPU span start (the same span as
 the breakdown) and tile it; the last bin is cut at the span's end and its share is over its own
 length. Any GPU task of the rank counts (compute or communication, any stream, launched in any
 step): the question is whether the GPU had work, not whose.

@@ -1,4 +1,4 @@
-"""Ground truth: real profiled GPT training runs on the CPU (issue 4).
+"""Ground truth: real profiled GPT training runs on the CPU.
 
 `config` describes a run and parses grid files, `model` is the GPT decoder, `parallel/` builds the
 training step of each parallel mode, `profile` drives the profiler and the step timers, `worker` is

@@ -1,19 +1,10 @@
 """What one ground-truth run is: the model and parallel configuration, how it is measured, and the
 grid file that lists many of them.
 
-Grid file (YAML)::
-
-    control: {repeat: 3, steps: 5, warmup: 2, threads: 1}   # optional, see `RunControl`
-    base: {layers: 4, hidden: 128, heads: 4, seq: 64}       # optional overrides of the defaults
-    runs:                                                    # optional: named variants of base
-      - {name: base}
-      - {name: layers_x2, layers: 8}
-    grid:                                                    # optional: product over base
-      dp: [1, 2]
-      micro_batch: [2, 4]
-
-Every run is `base` updated with its own keys. A grid run is named from the keys it sets
-(`dp2_micro_batch4`). Names must be unique: each becomes a job directory.
+A grid file (YAML) holds an optional `control` (`RunControl`), an optional `base` (overrides of
+the defaults), named `runs` and a `grid` (a product over base). Every run is `base` updated with
+its own keys; a grid run is named from the keys it sets (`dp2_micro_batch4`). Names must be
+unique: each becomes a job directory. An example: docs/groundtruth.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -125,7 +116,7 @@ class RunConfig:
 class RunControl:
     """How a run is measured.
 
-    `repeat` fresh profiler cycles with one traced step each (field-notes §6); `steps` unprofiled
+    `repeat` fresh profiler cycles with one traced step each (docs/groundtruth.md, "Output"); `steps` unprofiled
     steps timed before the profiler starts; `warmup` untimed steps first (allocator, first-call
     costs); `threads` intra-op threads per rank process.
     """

@@ -1,5 +1,5 @@
 """Run and time the steps of one rank: warm-up, unprofiled steps, then `repeat` fresh profiler
-cycles of one traced step each (field-notes §6: one long active window distorts later steps).
+cycles of one traced step each (one long active window distorts later steps: docs/groundtruth.md, "Output").
 
 The step timer brackets exactly what the `ProfilerStep#<n>` annotation brackets: the profiler
 opens that annotation at the end of `prof.step()` (or of entering the profiler) and closes it at

@@ -10,7 +10,7 @@ Layout "cycles" keeps the profiler's files untouched instead, one job directory 
     measured.json
     cycle-<k>/rank-<r>.pt.trace.json.gz
 
-.notes/README-groundtruth.md says why merged is the default.
+docs/groundtruth.md ("Output") says why merged is the default.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Fitting one duration model per (device, operator, target[, layout]).
 
-Three stages, each on the previous one's residual, all in log time so errors are relative:
-
-1. **Physics** (roofline with fitted rates): `t ≈ c0 + flops_eff / R_flop + bytes / R_mem`, a
-   non-negative least-squares fit of relative error (`c0` a launch/latency overhead, the rates the
-   achieved ones). It carries the scaling beyond the observed shapes.
-2. **Log-space correction**: a robust (L1, by reweighted least squares) linear regression of
-   log t on log t_phys and the log shape features: efficiency that grows or falls as a power of
-   the shape (small GEMMs underfill the GPU, large messages reach full bandwidth).
-3. **Residual trees**: gradient-boosted trees (scikit-learn's histogram GBDT, absolute error loss)
-   on the remaining log residual: tile-size and kernel-choice steps no smooth form captures.
-   Trees predict a constant beyond the data, so extrapolation falls back on stages 1–2.
-
-The interval is the 5%–95% range of log residuals on a held-out fifth of the training rows; the
-observed range of every log feature is kept for the out-of-range flag. Fitted trees are exported
-to flat numpy arrays so predicting never imports scikit-learn.
+Three stages, each on the previous one's residual, all in log time so errors are relative: a
+roofline with fitted rates (it carries the scaling beyond the observed shapes), a robust log-space
+linear correction, and gradient-boosted residual trees (exported to flat numpy arrays, so
+predicting never imports scikit-learn). The interval is the 5%-95% range of held-out log
+residuals. Details: docs/opmodel.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Pack one rank's `tasks` and `deps` rows into a `kernels.graph.ReplayGraph`.
 
-Two modes:
-
-* ``model``: every task keeps its traced duration (syncs their call cost only) and CPU tasks their
-  idle gap; no GPU task takes its start from the trace: a GPU task starts ``gap_ns`` (plus its
-  measured external wait, ``ext_wait_ns``: graph/waits.sql) after the latest of its stream
-  predecessor, its launch call + ``launch_lat_ns`` and its inter-stream predecessors; syncs
-  return ``sync_lat_ns`` after what they wait for. The one exception is a GPU
-  task launched before the capture began (no launch in the trace) that is first on its stream: it
-  starts at its traced offset, since nothing else can place it.
-* ``identity``: the same graph, plus one zero-length anchor task at time 0 on an extra thread and
-  an edge anchor -> GPU task whose latency is the task's traced offset (launch latency and gap 0):
-  every GPU task gets its traced start unless the graph forces it later. A consistency check only.
-
-``drop`` removes rule families for ablations: ``launch``, ``stream_wait`` (both the given and the
-inferred inter-stream edges), ``sm_wait`` (SM-occupancy edges), ``thread``, ``sync`` (runtime dependencies), ``gap`` (CPU idle
-gaps), ``queue`` (launch-queue back-pressure; applied by the caller through queue_depth=0),
-``ext_wait`` (the measured external waits of GPU tasks).
+Two modes: ``model`` (every task keeps its traced duration, no GPU task takes its start from the
+trace but one launched before the capture began; a GPU task's measured external wait,
+``ext_wait_ns`` of graph/waits.sql, is kept before it) and ``identity`` (the same graph with an
+anchor that gives every GPU task its traced start unless the graph forces it later: a
+consistency check). ``drop`` removes rule families for ablations (``launch``, ``stream_wait``,
+``sm_wait``, ``thread``, ``sync``, ``gap``, ``queue``, ``ext_wait``). The modes in full:
+docs/replay.md, "Module notes".
 """
 
 from __future__ import annotations

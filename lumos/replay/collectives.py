@@ -1,27 +1,12 @@
 """Collectives across ranks: match, align clocks, split each kernel into waiting and transfer.
 
-Pipeline for one job (`build_collectives`):
-
-1. **Extract** (`lumos_sql/collectives/extract.sql`): every NCCL/RCCL kernel with its arguments,
-   from the kernel's args or else from the CPU ops around its launch.
-2. **Match** (`match_collectives`): a collective belongs to a process group (`pg_name`, else its
-   rank list, else the job's default group). On each rank the group's collectives are taken in
-   issue order (the order NCCL requires every member to follow), or by sequence number when the
-   trace has one; the k-th of group G on every member is one collective. Timestamps are never
-   used across ranks. When members hold different numbers, their lists are aligned by signature
-   (normalised name, element count) if exactly one alignment agrees everywhere; failing that,
-   by ProfilerStep number and order within the step (`_by_step`); otherwise the group is
-   reported `unmatched`.
-3. **Clock offsets** (`clock_offsets`): a collective ends (nearly) together on all participants,
-   once the last one has arrived, so ``end[c, r] = T[c] + offset[r] + noise``. Offsets are solved
-   per connected component of ranks (ranks joined by shared collectives), relative to its lowest
-   rank, by alternating medians (see the function for why medians, not least squares).
-4. **Split**: on aligned clocks the transfer starts when the last participant arrives:
-   ``wait = clamp(last arrival - own start, 0, dur)`` and ``transfer = dur - wait``.
-
-The result is the `collectives` table (schema `warehouse.schema.COLLECTIVES`), written as
-``<wh>/collectives/job=<job>/collectives.parquet``. `collective_arrays` turns it into the
-``coll`` / ``dur_ns`` arrays of a multi-rank `kernels.graph.ReplayGraph`.
+`build_collectives` extracts every NCCL/RCCL kernel (`lumos_sql/collectives/extract.sql`),
+matches the k-th collective of a process group on every member (issue order, never timestamps
+across ranks), solves each rank's clock offset by alternating medians, and splits each kernel
+into ``wait = clamp(last arrival - own start, 0, dur)`` and transfer. The result is the
+`collectives` table (`warehouse.schema.COLLECTIVES`); `collective_arrays` turns it into the
+``coll`` / ``dur_ns`` arrays of a multi-rank `kernels.graph.ReplayGraph`. The steps in full:
+docs/collectives.md, "Module notes".
 """
 
 from __future__ import annotations

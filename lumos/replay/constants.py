@@ -1,20 +1,11 @@
 """Per-rank, per-device replay constants, estimated from the trace by fixed rules.
 
 The evidence comes from `lumos_sql/graph/constants.sql` (medians over the whole trace, never
-fitted to a step's length). Rules, the same for every trace:
-
-* ``gap_ns`` (GPU inter-op gap): median of ``start - previous end`` on a stream whose next task had
-  already been launched (queued work). Fewer than 10 samples: 2 us (CUDA's typical 1-3 us).
-* ``launch_lat_ns``: median of ``GPU start - launch call end`` for tasks launched on an idle
-  stream, minus the gap (the replay adds the gap after every GPU task's ready time); >= 0.
-  Fewer than 5 samples: 3 us.
-* ``sync_lat_ns`` (return latency of a synchronising call after its GPU work ends): median of
-  ``call end - target end`` over syncs and blocking copies that waited. No sample: 5 us.
-* ``launch_call_ns``: median launch-call duration (the issue part of a blocking copy).
-* ``queue_depth``: CUDA's launch queue holds 1024 entries; a trace that shows more launched-but-not-
-  started tasks than that raises it to what it shows. The kernel counts launched-but-not-started
-  tasks per device, so GPU tasks that start out of launch order (an NCCL kernel waiting on its
-  stream while other streams run past it) need no exception.
+fitted to a step's length): ``gap_ns`` (GPU inter-op gap on a busy stream), ``launch_lat_ns``
+(launch call end to GPU start on an idle stream, less the gap), ``sync_lat_ns`` (a synchronising
+call's return after its GPU work), ``launch_call_ns`` and ``queue_depth`` (CUDA's 1024, or more
+when the trace shows more). Each has a default when the trace holds too few samples; the rules in
+full: docs/replay.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,15 +61,16 @@ _STEPS = (*GRAPH_SCRIPTS, "const_table", *GRAPH_SCRIPTS_AFTER_CONST)
 
 @functools.cache
 def _last_uses() -> dict[str, tuple[str, ...]]:
-    """Per script, the temp tables no later script mentions (the results excepted): the job's
-    events are held several times over by the intermediate tables, and each is dropped as soon
-    as nothing reads it any more. g_const_raw is read by Python before const_table."""
+    """Per script, the temp tables no later script reads or writes (the results excepted), from
+    the scripts' declarations (`lumos_sql.declared`): the job's events are held several times
+    over by the intermediate tables, and each is dropped as soon as nothing reads it any more.
+    g_const_raw is read by Python before const_table."""
     order = ("events", *_STEPS)
-    texts = {name: lumos_sql.load(f"graph/{name}") for name in order}
-    created = {t for text in texts.values() for t in re.findall(r"TEMP TABLE (\w+)", text)}
+    decl = {name: lumos_sql.declared(f"graph/{name}") for name in order}
+    created = {t for d in decl.values() for t in d.writes}
     last: dict[str, int] = {}
     for i, name in enumerate(order):
-        for table in set(re.findall(r"\b(g_\w+)\b", texts[name])) & created:
+        for table in {*decl[name].reads, *decl[name].writes} & created:
             last[table] = i
     last["g_const_raw"] = max(last.get("g_const_raw", 0), order.index("const_table"))
     out: dict[str, list[str]] = {name: [] for name in _STEPS}

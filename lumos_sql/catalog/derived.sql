@@ -1,3 +1,5 @@
+-- reads: {{glob}}
+-- writes: {{view}}
 -- A table written by a later stage (replay, explanations, micro-benchmarks, estimates) as Parquet
 -- files under <wh>/<name>/, each file carrying its own job/rank/device columns.
 CREATE OR REPLACE VIEW {{view}} AS

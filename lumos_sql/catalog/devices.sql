@@ -1,3 +1,5 @@
+-- reads: trace_meta
+-- writes: devices
 -- devices: one row per device listed in a trace's deviceProperties (GPUs of the host, not only the
 -- one the rank used: `device_id` is Kineto's id, which matches events.device / GPU pids).
 CREATE OR REPLACE VIEW devices AS

@@ -1,3 +1,5 @@
+-- reads: trace_meta
+-- writes: distributed_info
 -- distributed_info: each trace's distributedInfo (backend, rank, world size, process groups).
 CREATE OR REPLACE VIEW distributed_info AS
 SELECT

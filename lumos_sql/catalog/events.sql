@@ -1,3 +1,5 @@
+-- reads: traces, {{events_files}}
+-- writes: events
 -- events: every event of every ingested rank. Only files with an `ok` manifest row are visible:
 -- the manifest is the commit point, so a data file renamed in by an ingest killed before its
 -- manifest row was written never shows.

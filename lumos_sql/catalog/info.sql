@@ -1,3 +1,5 @@
+-- reads: none
+-- writes: lumos_catalog
 -- lumos_catalog: where this catalog's views point, so a moved warehouse can be detected and
 -- its catalog rebuilt (DuckDB resolves relative paths against the working directory, not
 -- against the catalog file, so the views hold absolute paths), and a hash of the SQL the views

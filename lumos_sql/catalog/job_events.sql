@@ -1,3 +1,5 @@
+-- reads: {{files}}
+-- writes: job_events
 -- job_events: the events of one job, read from that job's own files (listed from the manifest by
 -- warehouse/catalog.py, with the table's empty `_schema.parquet`, so the list is never empty).
 -- The `events` view reads the footer of every file of the warehouse before it can filter on

@@ -1,3 +1,5 @@
+-- reads: traces
+-- writes: jobs
 -- jobs: one row per job, what `lumos status` prints: ranks present, files ok / refused, events,
 -- bytes of trace files, world size and devices (the rank's device as the reader named it).
 CREATE OR REPLACE VIEW jobs AS

@@ -1,3 +1,5 @@
+-- reads: events
+-- writes: threads
 -- threads: process and thread names and labels from the metadata (ph = 'M') events, one row per
 -- (job, rank, pid, tid, kind); `kind` is the metadata event's name (process_name, thread_name,
 -- process_labels, ...). Names are what Perfetto shows: "python3", "stream 7", "GPU 0".

@@ -1,3 +1,5 @@
+-- reads: traces, {{trace_meta_files}}
+-- writes: trace_meta
 -- trace_meta: each trace's top-level keys other than traceEvents (deviceProperties,
 -- distributedInfo, schemaVersion, baseTimeNanoseconds, ...), the value as JSON text.
 -- {{trace_meta_files}}: the files of the connection's snapshot, else the glob (warehouse/snapshot.py).

@@ -1,3 +1,5 @@
+-- reads: {{traces_files}}
+-- writes: traces
 -- traces: the manifest, one row per (job, sha256): its latest state. Older rows of the same file
 -- (history) are dropped; ties on ingested_at go to the later part file.
 -- {{traces_files}}: the files of the connection's snapshot, else the glob (warehouse/snapshot.py).

@@ -1,3 +1,5 @@
+-- reads: job_events
+-- writes: none
 -- collectives/extract: the collective operations of one job ($job), one row per GPU collective
 -- kernel (NCCL/RCCL), with its arguments and the order key used to match it across ranks.
 --

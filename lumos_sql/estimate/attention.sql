@@ -1,3 +1,5 @@
+-- reads: x_calls
+-- writes: none
 -- estimate/attention: forward attention operators of one job with their input shapes, per rank,
 -- from x_calls (estimate/calls, run first). Backward ops are not in x_calls: they would double
 -- the per-layer count. Autocast's outer calls are dropped, and forward calls that ran inside the

@@ -1,3 +1,5 @@
+-- reads: job_events
+-- writes: x_calls
 -- estimate/calls: the attention and matrix-multiply calls of job $job, each marked for what it
 -- is, as the temp table x_calls that estimate/attention and estimate/gemms count from (run first,
 -- by lumos/estimate/infer.py). Two kinds of repeated calls must not read as more layers:

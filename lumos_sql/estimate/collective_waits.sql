@@ -1,3 +1,5 @@
+-- reads: calibration_jobs, events, subclass_jobs
+-- writes: none
 -- collective_waits: what *synchronous* and *exposed* all-reduces cost the step, on the same
 -- kind of device as job $job (lumos/estimate/comm.py). Megatron-style tensor parallelism
 -- blocks the calling thread on every all-reduce, so what the step pays is not the transfer alone
@@ -13,13 +15,13 @@
 -- Jobs in $exclude are left out.
 -- Columns: group size, message elements (first input's dims), mean blocking (ns), device kind,
 -- kind of sample ('sync' or 'exposed'; exposed rows carry the mean work duration over ranks),
--- job (a job with 'sync' rows runs its ranks in lock-step: lumos/estimate/fleet.py).
+-- job (a job with 'sync' rows runs its ranks in lock-step: lumos/estimate/contention.py).
 WITH dev AS (
-    SELECT kind FROM fleet_jobs($job, $exclude) WHERE is_base
+    SELECT kind FROM calibration_jobs($job, $exclude) WHERE is_base
 ), jobs AS (
     -- the waits of the base's kind of ops: a job on tensor subclasses (DTensor) waits for its
     -- peers' Python dispatch too
-    SELECT job, world, kind FROM fleet_jobs($job, $exclude)
+    SELECT job, world, kind FROM calibration_jobs($job, $exclude)
     WHERE world > 1
       AND (job IN (SELECT job FROM subclass_jobs($job, $exclude)))
           = ($job IN (SELECT job FROM subclass_jobs($job, $exclude)))

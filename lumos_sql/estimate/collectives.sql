@@ -1,3 +1,5 @@
+-- reads: job_events
+-- writes: none
 -- estimate/collectives: communication of one job per rank, grouped by operator, collective name
 -- and process group: c10d ops (gloo and NCCL), record_param_comms and NCCL annotations. Kernels
 -- are left out (NCCL's SendRecv kernel also carries all_to_all, so its name misleads).

@@ -1,3 +1,5 @@
+-- reads: calibration_jobs, events
+-- writes: none
 -- comm_samples: all-reduces the warehouse holds on the same kind of device as job $job, to fit
 -- the estimator's collective cost (lumos/estimate/comm.py). gloo writes a `gloo:all_reduce`
 -- annotation per rank (its duration includes waiting for the peers); the k-th on each rank of a
@@ -7,9 +9,9 @@
 -- Columns: group size (world size of the job), message elements (first input's dims), its
 -- duration (ns), the device kind ('cpu' or 'gpu'), the job.
 WITH dev AS (
-    SELECT kind FROM fleet_jobs($job, $exclude) WHERE is_base
+    SELECT kind FROM calibration_jobs($job, $exclude) WHERE is_base
 ), jobs AS (
-    SELECT job, world, kind FROM fleet_jobs($job, $exclude)
+    SELECT job, world, kind FROM calibration_jobs($job, $exclude)
 ), ar AS (
     SELECT e.job, e.rank, e.input_dims, e.dur_ns,
            row_number() OVER (PARTITION BY e.job, e.rank ORDER BY e.ts_ns, e.event_idx) AS k

@@ -1,16 +1,21 @@
+-- reads: calibration_jobs, events, subclass_jobs
+-- writes: none
 -- contention: how much slower the same operator runs when a job's ranks share one device, learned
--- from the warehouse's own jobs (lumos/estimate/fleet.py). CPU ranks of one job share the host's
--- cores, caches and memory bandwidth, so an op of identical name, input shapes and dtypes takes longer in
+-- from the warehouse's own jobs (lumos/estimate/contention.py). CPU ranks of one job share the
+-- host's
+-- cores, caches and memory bandwidth, so an op of identical name, input shapes and dtypes takes
+-- longer in
 -- a 2-rank job than in a single-rank one on the same device. Per multi-rank job: the time-weighted
 -- ratio of its ops' median durations to the single-rank jobs' medians of the same (name, shapes),
--- over the slots of top-level compute ops only (collectives and their waits are the comm model's). Jobs named in
+-- over the slots of top-level compute ops only (collectives and their waits are the comm model's).
+-- Jobs named in
 -- $exclude are left out (accuracy checks predict a job without learning from it).
 -- Columns: world size, job, ratio, matched op keys, matched time share of the job's op time, and
 -- `refs`: the single-rank jobs its matched ops were compared with, each with the multi-rank job's
 -- time on the keys it shares ({job, t}): their training state is the reference the ratio was
--- taken at (fleet.Contention removes the working set's part of the ratio with it).
+-- taken at (contention.Contention removes the working set's part of the ratio with it).
 WITH jobs AS (
-    SELECT job, device, world FROM fleet_jobs($job, $exclude)
+    SELECT job, device, world FROM calibration_jobs($job, $exclude)
     WHERE job NOT IN (SELECT job FROM subclass_jobs($job, $exclude))
 ), steps AS (
     SELECT s.job, s.rank, s.ts_ns AS s0, s.ts_ns + s.dur_ns AS s1
@@ -27,7 +32,7 @@ WITH jobs AS (
     JOIN jobs AS j USING (job)
     JOIN steps AS st ON st.job = e.job AND st.rank = e.rank AND e.ts_ns >= st.s0
                     AND e.ts_ns < st.s1
-    WHERE j.device = (SELECT device FROM fleet_jobs($job, $exclude) WHERE is_base)
+    WHERE j.device = (SELECT device FROM calibration_jobs($job, $exclude) WHERE is_base)
       AND e.cat = 'cpu_op' AND e.ph = 'X'
 ), top AS (
     -- top level = not nested in an earlier op of the same thread (running max of end times)

@@ -1,3 +1,5 @@
+-- reads: job_events
+-- writes: none
 -- cpu_event_times: the start of every CPU event the profiler recorded on rank $rank of the job
 -- whose events `job_events` holds (operators, runtime and driver calls): the events inside a
 -- CPU task of the graph, each of which cost the traced run the profiler's per-event overhead

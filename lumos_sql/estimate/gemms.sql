@@ -1,3 +1,5 @@
+-- reads: x_calls
+-- writes: none
 -- estimate/gemms: matrix-multiply (and embedding) operators of one job with their input shapes,
 -- counted per rank, from x_calls (estimate/calls, run first).
 -- aten::linear carries [input, weight[out, in], bias]; matmul/mm/addmm/bmm carry [A, B] (addmm:

@@ -1,3 +1,5 @@
+-- reads: job_events
+-- writes: none
 -- estimate/gpu_busy: per rank and traced step of job $job, how long its GPUs were busy inside the
 -- step (the union of kernel, memcpy and memset intervals clipped to the CPU ProfilerStep span) and
 -- how long its CPU threads waited in synchronising runtime calls (stream, device and event

@@ -1,3 +1,5 @@
+-- reads: calibration_jobs, events, subclass_jobs
+-- writes: none
 -- job_gaps: how long the idle gaps between top-level operators last in the warehouse's other jobs
 -- than in the base job, on the same device and world size (lumos/estimate/idle_gaps.py). On a
 -- CPU the gap before an op is Python and the allocator: the interpreter runs the model's code,
@@ -7,7 +9,7 @@
 -- job's speed). Jobs named in $exclude are left out (accuracy checks predict a job without
 -- learning from it). Columns: job, ratio, matched op names, matched share of the base's gap time.
 WITH jobs AS (
-    SELECT job, device, world FROM fleet_jobs($job, $exclude)
+    SELECT job, device, world FROM calibration_jobs($job, $exclude)
     WHERE job NOT IN (SELECT job FROM subclass_jobs($job, $exclude))
 ), raw AS (
     SELECT e.job, e.rank, e.tid, e.event_idx, e.name, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns

@@ -1,12 +1,15 @@
+-- reads: calibration_jobs, events, subclass_jobs
+-- writes: none
 -- job_speed: how fast the same operators run in the warehouse's other jobs than in the base job,
 -- on the same device and world size (lumos/estimate/working_set.py). On a CPU the training state
 -- (weights, gradients, optimizer moments, activations) competes for the caches, so an op of
--- identical name, input shapes and dtypes runs slower in a job whose state is larger. Per other job: the
+-- identical name, input shapes and dtypes runs slower in a job whose state is larger. Per other
+-- job: the
 -- time-weighted ratio of its ops' median durations to the base's medians of the same (name,
 -- shapes). Jobs named in $exclude are left out (accuracy checks predict a job without learning
 -- from it). Columns: job, ratio, matched op keys, matched time share of the job's op time.
 WITH jobs AS (
-    SELECT job, device, world FROM fleet_jobs($job, $exclude)
+    SELECT job, device, world FROM calibration_jobs($job, $exclude)
     WHERE job NOT IN (SELECT job FROM subclass_jobs($job, $exclude))
 ), ops AS (
     -- the key holds the dtypes too: the same shapes at another precision run other kernels

@@ -1,3 +1,5 @@
+-- reads: job_events
+-- writes: none
 -- launch_ops: for every launching call (runtime or driver event with a correlation id) on rank
 -- $rank of the job whose events `job_events` holds, the innermost CPU operator it runs in (the
 -- latest-starting op of its thread whose span contains the call) with that op's input shapes:

@@ -1,7 +1,9 @@
+-- reads: distributed_info, job_events, trace_meta
+-- writes: none
 -- estimate/meta: per rank, world size and process groups (distributedInfo) and device memory
 -- (deviceProperties[0].totalGlobalMem), for the parallel degrees and the memory check; the CPU
 -- cores of the recording host where the recorder wrote them (`lumos groundtruth`'s
--- `lumos_groundtruth.host_cores`), for ranks that time-share them (fleet.Contention).
+-- `lumos_groundtruth.host_cores`), for ranks that time-share them (contention.Contention).
 -- Reads `job_events` (lumos_sql/catalog/job_events.sql), the job's own files: set it first.
 SELECT
     t.rank,

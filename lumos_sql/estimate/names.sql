@@ -1,3 +1,5 @@
+-- reads: job_events
+-- writes: none
 -- estimate/names: annotation and module names of one job per rank: user annotations
 -- (layer_<i>, forward_mb<m>, ProfilerStep#n, ...) and with_modules Python frames
 -- ('nn.Module: GPT2Block_3'), loss operators, checkpoint markers and Megatron's own autograd

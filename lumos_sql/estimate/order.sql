@@ -1,3 +1,5 @@
+-- reads: job_events
+-- writes: none
 -- estimate/order: per rank, within one step's window [$t0, $t1), when forward attention ops run
 -- and when autograd backward work starts. Backward work starting before the last forward means
 -- forward and backward interleave (1F1B or gradient accumulation); all forwards first is GPipe.

@@ -1,24 +1,26 @@
+-- reads: job_events
+-- writes: none
 -- template_tasks: the top-level CPU operators of every traced step of job $job, on the thread that
 -- holds the step's ProfilerStep annotation and on any thread running autograd backward functions
 -- inside the step (GPU jobs run the backward on the autograd engine's thread), labelled for the
--- estimator's graph transforms (lumos/estimate/layers.py).
+-- estimator's graph transforms (lumos/estimate/template.py).
 --
 -- Top level = not nested in an earlier op of the same thread (running max of end times).
 -- Labels come from the annotations that contain the op on its thread: `layer_<i>`,
 -- `forward_mb<m>` / `Forward <m>`, `backward_mb<m>` / `Backward <m>`, `optimizer` or torch's own
 -- `Optimizer.step#...`, `embedding`, `lm_head`, `loss`; `mod_layer` from module names
 -- (with_modules frames `nn.Module: <X>Layer_<i>` / `<X>Block_<i>`, annotations `layers.<i>`,
--- `h.<i>`, `blocks.<i>`). Traces without any of these are cut by layers.py from the op sequence.
+-- `h.<i>`, `blocks.<i>`). Traces without any of these are cut by template.py from the op sequence.
 -- A backward op (autograd evaluate_function) carries its forward op's `Sequence number`:
 -- `fwd_event_idx` is the top-level forward op holding the *last* op recorded with that number in
 -- the same step (ops record the counter's next value, and the op that creates the autograd node is
 -- the last one before the counter moves on), so backward ops inherit the forward op's layer/role.
 -- `gap_ns`: idle time before the op in the step's merged timeline (from the step start for the
--- first op; negative where threads overlap, clipped by layers.py).
+-- first op; negative where threads overlap, clipped by template.py).
 -- `comm_wait_ns`: the part of that gap spent waiting for a collective of the rank (gloo / NCCL
 -- work on its own threads: DDP's last gradient bucket, whose wait is no op of the step's thread,
 -- or a pipeline receive): the transforms re-create that wait for the target's parallel degrees,
--- so layers.py takes it out of the gap. A thread waits for a collective at most once, in the
+-- so template.py takes it out of the gap. A thread waits for a collective at most once, in the
 -- longest gap the collective overlaps; the short gaps between backward ops while earlier buckets
 -- are reduced are not waits. (Gloo's record of an all-reduce can close milliseconds after the
 -- waiting thread resumed, so its end does not mark the wait's.)
@@ -37,7 +39,7 @@
 -- (torch.utils.checkpoint without reentrance runs it from the first saved tensor the backward
 -- unpacks): the span of the forward-only ops nested in a backward op, ops whose names no
 -- backward formula calls (linear, layer/RMS norm, attention, activations, dropout, embedding).
--- layers.py takes it out of the template, and the transforms replay the forward again when the
+-- template.py takes it out of the template, and the transforms replay the forward again when the
 -- target configuration recomputes (`recompute`), so a base and a target may differ in it.
 -- `recompute_gap_ns`: the same for a reentrant checkpoint (`wraps` below), whose replayed ops
 -- are top-level ops of the backward: they are left out, and their span is in the next op's gap.
@@ -60,10 +62,11 @@ WITH steps AS (
           WHERE b.job = $job AND b.rank = e.rank AND b.cat = 'cpu_op'
             AND (starts_with(b.name, 'autograd::engine::evaluate_function')
                  -- PyTorch before 1.10 traced autograd nodes bare (`ReluBackward1`): their
-                 -- thread is kept so that layers.py can say why such a trace is refused
+                 -- thread is kept so that template.py can say why such a trace is refused
                  OR regexp_matches(b.name, '^[A-Z]\w*Backward\d*$'))))
 ), wraps AS (
-    -- reentrant activation checkpointing (torch.utils.checkpoint with use_reentrant=True, Megatron's
+    -- reentrant activation checkpointing (torch.utils.checkpoint with use_reentrant=True,
+    -- Megatron's
     -- and DeepSpeed's CheckpointFunction): one autograd function runs a layer's forward inside it,
     -- and its backward replays that forward and runs the layer's backward nested inside it. The
     -- wrappers are left out, so the ops inside take their place at the top level.

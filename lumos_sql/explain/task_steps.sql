@@ -1,3 +1,5 @@
+-- reads: iterations, tasks
+-- writes: x_cls, x_cpu_step, x_it, x_task
 -- x_task: every task of the job (rank, task, in that order) with the step it belongs to and its
 -- class, for the explanations and the export (lumos/explain, lumos/export, which put these two
 -- columns beside the task's own columns: moving names through a sort here cost more than the rest).

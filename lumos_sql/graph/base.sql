@@ -1,3 +1,5 @@
+-- reads: g_ev
+-- writes: g_gpu, g_gpu0, g_groups, g_rt0, g_rt1
 -- Building blocks of the graph of the job in g_ev (run after graph/events):
 --   g_groups  top-level CPU operations per thread (nested ops folded into their top-level parent)
 --   g_rt      runtime calls (cudaLaunchKernel, cudaMemcpyAsync, hip*, legacy `Runtime`...), each
@@ -69,7 +71,7 @@ LEFT JOIN g_gpu0 AS g
 WHERE r.prev_max_end IS NULL OR r.prev_max_end <= r.ts_ns;
 
 -- what each call does. Syncs and records without a stream argument take the stream of the
--- thread's previous launch (field notes §7); `cuda_sync` events name it where the trace has them.
+-- thread's previous launch; `cuda_sync` events name it where the trace has them.
 CREATE OR REPLACE TEMP TABLE g_rt1 AS
 WITH cs AS (
     SELECT rank, correlation, any_value(name) AS sync_kind, any_value(stream) AS sync_stream,

@@ -1,3 +1,5 @@
+-- reads: g_const_in
+-- writes: g_const
 -- g_const: the replay constants of each rank and GPU device, as decided by
 -- lumos/replay/constants.py from g_const_raw (registered by Python as the relation g_const_in).
 CREATE OR REPLACE TEMP TABLE g_const AS

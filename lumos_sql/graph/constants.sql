@@ -1,3 +1,5 @@
+-- reads: g_gpu, g_rt1
+-- writes: g_const_raw
 -- g_const_raw: the trace's own evidence for the replay constants, per rank and GPU device
 -- (lumos/replay/constants.py turns it into constants with explicit rules and fallbacks).
 --   idle_launch_*: launch call end -> GPU start, for tasks whose stream was idle when the call

@@ -1,7 +1,11 @@
+-- reads: g_const, g_ev, g_rt1, tasks
+-- writes: deps, g_edge_cs, g_edge_inf, g_edge_sm, g_edge_thread, g_gpu_t, g_thread_pred, g_waits,
+--         tasks
 -- deps: the fixed dependencies of the job's graph (run after graph/tasks), one row per edge
 -- (job, rank, src, dst, kind). Processor order (same thread, same stream) is not repeated here:
 -- it is the order of task ids on each `tasks.proc`. Runtime dependencies (syncs, event records)
--- are columns of `tasks` (rt_mode, rt_arg), resolved during the replay.
+-- are columns of `tasks` (rt_mode, rt_arg), resolved during the replay. The rules' thresholds
+-- (2 gaps + 2 us of timer noise, ...) are macros named once in lumos_sql/thresholds.py.
 --
 -- kind 'launch'       the runtime call -> every GPU task carrying its correlation
 -- kind 'stream_wait'  inter-stream edge given by a `cuda_sync` "Stream Wait Event": the last GPU
@@ -87,7 +91,7 @@ WITH noise AS (
     FROM g_gpu_t GROUP BY rank
 ), k AS (
     SELECT g.*, c.gap_ns, c.launch_lat_ns,
-           least(n.ovl_ns, greatest(20000, 10 * c.gap_ns)) AS tol_ns,
+           least(n.ovl_ns, timer_overlap_cap_ns(c.gap_ns)) AS tol_ns,
            greatest(g.launch_end + c.launch_lat_ns + c.gap_ns, g.prev_end + c.gap_ns) AS explained
     FROM g_gpu_t AS g
     JOIN g_const AS c ON c.rank = g.rank AND c.device = g.device
@@ -100,7 +104,7 @@ WITH noise AS (
     FROM k
     ASOF JOIN (SELECT rank, ts_ns FROM tasks WHERE role = 'stream_wait') AS w
       ON w.rank = k.rank AND w.ts_ns < k.launch_ts
-    WHERE k.ts_ns - k.explained > 2 * k.gap_ns + 2000
+    WHERE k.ts_ns - k.explained > timer_noise_ns(k.gap_ns)
       AND w.ts_ns >= coalesce(k.prev_launch_ts, 0)
 ), cand AS (
     SELECT l.rank, l.task AS dst, l.ts_ns, l.explained, l.gap_ns, l.tol_ns, l.wait_ts,
@@ -142,7 +146,7 @@ GROUP BY rank, dst;
 CREATE OR REPLACE TEMP TABLE g_edge_sm AS
 WITH geo AS (
     SELECT g.rank, g.task, g.proc, g.dev, g.ts_ns, g.end_ns,
-           CASE WHEN e.occupancy_pct > 0 THEN e.warps_per_sm / (e.occupancy_pct / 100.0 * 64)
+           CASE WHEN e.occupancy_pct > 0 THEN e.warps_per_sm / (e.occupancy_pct / 100.0 * sm_max_warps())
                 ELSE e.blocks_per_sm END AS waves
     FROM g_gpu_t AS g
     JOIN tasks AS t USING (rank, task)
@@ -172,8 +176,8 @@ WITH geo AS (
 )
 SELECT rank, arg_max(src, w_end) AS src, task AS dst
 FROM hit
-WHERE w_ts < ts_ns AND w_end > ready AND ts_ns >= w_end - 3 * wave_ns - 10000
-  AND ts_ns <= w_end + 2 * gap_ns + 2000
+WHERE w_ts < ts_ns AND w_end > ready AND ts_ns >= w_end - sm_wait_tail_ns(wave_ns)
+  AND ts_ns <= w_end + timer_noise_ns(gap_ns)
 GROUP BY rank, task;
 
 CREATE OR REPLACE TEMP TABLE g_edge_thread AS
@@ -183,7 +187,7 @@ WITH thr AS (
     SELECT t.rank, t.task, t.proc, t.ts_ns, t.ts_ns - t.gap_ns AS idle_from
     FROM tasks AS t SEMI JOIN thr USING (rank, proc)
     WHERE NOT t.is_gpu
-      AND (t.gap_ns >= 50000
+      AND (t.gap_ns >= thread_wake_gap_ns()
            OR t.task = (SELECT min(x.task) FROM tasks AS x WHERE x.rank = t.rank AND x.proc = t.proc))
 ), cand AS (
     SELECT b.*, o.proc AS other FROM b JOIN thr AS o ON o.rank = b.rank AND o.proc <> b.proc

@@ -1,3 +1,5 @@
+-- reads: job_events
+-- writes: g_ev
 -- g_ev: the complete ('X') events of one job that the execution graph is built from, with their
 -- end time. Parameter: $job. Reads `job_events` (lumos_sql/catalog/job_events.sql: the job's own
 -- files). Everything else in lumos_sql/graph/ reads this temp table, so one job's graph is built

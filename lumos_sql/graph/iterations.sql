@@ -1,3 +1,5 @@
+-- reads: g_ev, g_groups, g_rt1
+-- writes: g_capture, g_gpu_step, g_launch_step, g_missing_step, g_steps, g_steps2, iterations
 -- iterations: one row per rank and profiler step of the job in g_ev.
 --
 -- * cpu span: the `ProfilerStep#N` annotation (a cpu_op in legacy traces).

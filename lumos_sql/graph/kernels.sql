@@ -1,3 +1,5 @@
+-- reads: g_ev, g_gpu_t, tasks
+-- writes: kernels
 -- kernels: per job, GPU task name and stream: count, duration stats and the launch -> start
 -- queue delay (GPU start - launch call end; negative when the GPU started before the call
 -- returned). Run after graph/deps (reads g_gpu_t).

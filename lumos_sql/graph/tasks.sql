@@ -1,3 +1,5 @@
+-- reads: g_const, g_ev, g_gpu, g_groups, g_rt1
+-- writes: g_cpu, g_devs, g_p, g_procs, g_records, g_rt_in, g_streams, g_tasks0, tasks
 -- tasks: every task of the job's graph (run after graph/base and after g_const was filled).
 --
 -- CPU: each top-level op is cut at the runtime calls it contains, so that a launch is its own task:

@@ -1,7 +1,9 @@
+-- reads: deps, g_const, g_ev, g_gpu_t, tasks, traces
+-- writes: g_ext_wait, tasks
 -- g_ext_wait: the measured external waits of the model replay (run after graph/deps). A GPU task
 -- whose traced start is later than every edge of the graph explains (launch end + launch
 -- latency + gap, stream predecessor end + gap, inter-stream or SM-wait predecessor end + gap) by
--- more than 2 gaps + 2 us (timer noise) waited for something outside the graph: the whole delay
+-- more than timer_noise_ns (lumos_sql/thresholds.py) waited for something outside the graph: the whole delay
 -- is kept as a wait before it in the model replay (tasks.ext_wait_ns, lumos.replay.build), so a
 -- job traced on a few ranks reproduces its step instead of running those kernels at launch.
 -- A task with neither a launch nor a stream predecessor (the model places it at its traced
@@ -32,7 +34,7 @@ WITH sw AS (
         JOIN g_const AS c ON c.rank = g.rank AND c.device = g.device
         LEFT JOIN sw ON sw.rank = g.rank AND sw.task = g.task
     )
-    WHERE wait_ns > 2 * gap_ns + 2000
+    WHERE wait_ns > timer_noise_ns(gap_ns)
 ), call AS (
     -- the last cudaStreamWaitEvent (any thread) before the task's launch
     SELECT l.rank, l.task, w.ts_ns AS wait_call_ts

@@ -1,3 +1,5 @@
+-- reads: estimates, events, {{job_configs_glob}}
+-- writes: estimate_vs_measured, job_configs
 -- job_configs: each job's configuration as inferred from its trace (written by lumos sweep /
 -- lumos estimate --save together with `estimates`), and estimate_vs_measured: every estimate
 -- whose configuration equals a real job's, beside that job's measured median step (the median

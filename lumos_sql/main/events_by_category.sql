@@ -1,3 +1,5 @@
+-- reads: events
+-- writes: none
 -- The main job's small per-category table: one row per normalised category, one column of event
 -- counts per job.
 PIVOT (

@@ -1,3 +1,5 @@
+-- reads: devices, jobs
+-- writes: none
 -- The main job's summary: one row per job (the catalog's `jobs` view), with the number of GPUs
 -- its traces list in deviceProperties beside the device names the ranks ran on.
 SELECT

@@ -1,3 +1,5 @@
+-- reads: replay_quality
+-- writes: none
 -- The main job's replay table: per job, rank and metric, replayed vs measured over complete steps,
 -- the model replay beside the identity replay (a graph consistency check) and the trace's
 -- unexplained GPU slack.

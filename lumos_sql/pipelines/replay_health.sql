@@ -1,3 +1,5 @@
+-- reads: replay_quality
+-- writes: none
 -- replay_health: per rank and metric of one job, the model replay's error over complete steps,
 -- the trace's unexplained GPU slack (kept as external waits: their share of the metric and main
 -- cause), and how many of its collectives found no peers. Feeds the

@@ -1,3 +1,5 @@
+-- reads: tasks
+-- writes: none
 -- The columns of `tasks` that the replay arrays are built from (lumos.replay.build and
 -- lumos.replay.multirank), in (rank, task) order: the order `tasks` was written in (graph/tasks
 -- sorts it), which a plain scan keeps (DuckDB's preserve_insertion_order); sorting again cost

@@ -1,3 +1,5 @@
+-- reads: g_sched, iterations, tasks
+-- writes: g_iter_rel, iteration_replay
 -- iteration_replay: measured against replayed iteration metrics, per job, rank, step and mode.
 -- Needs the temp tables `iterations`, `tasks` (times relative to the rank's origin) and `g_sched`
 -- (job, rank, mode, task, start_ns, end_ns) of the replay.

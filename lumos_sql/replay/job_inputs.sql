@@ -1,3 +1,5 @@
+-- reads: traces
+-- writes: none
 -- What a job's replay reads, per job with an ingested (ok) trace: a hash over its files (rank and
 -- content hash of each), and its count of ranks. A rank added or a file re-recorded gives the job
 -- another hash, so its stored replay is no longer current (lumos/replay/fleet.py).

@@ -1,3 +1,5 @@
+-- reads: g_slack, iteration_replay
+-- writes: none
 -- replay_quality: per job, rank and mode, the median and max replay error of each metric over the
 -- complete steps (neither warm-up nor truncated), beside the trace's unexplained GPU slack (kept
 -- as measured external waits in the model replay), the median share of the metric those waits

@@ -1,3 +1,5 @@
+-- reads: {{glob}}
+-- writes: none
 -- The latest replay of each job (table replay_runs, one file per job), read from its files: the
 -- catalog may predate the table. Slot: {{glob}}.
 SELECT job, inputs_sha256, code_sha256, status, error, explained

@@ -1,3 +1,5 @@
+-- reads: replay_quality
+-- writes: none
 -- Every replayed job's replay error: per job and metric, the worst rank's median relative error
 -- over complete steps (the model replay), worst jobs first.
 SELECT job, metric,

@@ -1,3 +1,5 @@
+-- reads: estimate_vs_measured
+-- writes: none
 -- Estimates of configurations some real job ran, against that job's measured median step,
 -- in the order they were made (estimate_vs_measured).
 SELECT created_at, measured_job, base_job, sweep_id,

@@ -1,3 +1,5 @@
+-- reads: traces
+-- writes: none
 -- Ingest health: files read and refused, and the refused ones by reason (the error without the
 -- file's own path, which every error names first).
 SELECT status,

@@ -1,3 +1,5 @@
+-- reads: replay_runs
+-- writes: none
 -- Where each job's latest replay stands (replay_runs): jobs ok and failed, with an example why.
 WITH latest AS (
     SELECT * FROM replay_runs

@@ -1,3 +1,5 @@
+-- reads: breakdown
+-- writes: none
 -- One job's GPU span breakdown per rank and step, the trace's own times (measured) beside the
 -- replays' (model, multirank); times in ms.
 SELECT rank, step, mode,

@@ -1,3 +1,5 @@
+-- reads: critical_path_summary
+-- writes: none
 -- One job's critical path: per replay mode and category, its share of the replayed steps'
 -- windows (complete steps; every step when the job has none).
 WITH s AS (

@@ -1,3 +1,5 @@
+-- reads: replay_runs
+-- writes: none
 -- One job's latest replay (replay_runs): ok or failed, and why it failed.
 SELECT status, error, replayed_at
 FROM replay_runs

@@ -1,3 +1,5 @@
+-- reads: iteration_replay
+-- writes: none
 -- One job's steps, measured beside replayed (the model replay, and the multi-rank replay where
 -- the job has several ranks), per rank, step and metric; times in ms.
 SELECT rank, step, metric, mode,

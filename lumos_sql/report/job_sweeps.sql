@@ -1,3 +1,5 @@
+-- reads: estimates, job_configs
+-- writes: none
 -- One job's sweeps (and saved estimates): every configuration with its throughput and memory,
 -- whether it is the job's own configuration (the base: job_configs) and whether it is on the
 -- Pareto front of the sweep (no other fitting configuration has at least its tokens/s with at

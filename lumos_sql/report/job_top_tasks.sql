@@ -1,3 +1,5 @@
+-- reads: critical_path, tasks
+-- writes: none
 -- The GPU tasks (kernels, copies: $gpu true) or CPU tasks ($gpu false) with the most time on one
 -- job's critical path in the model replay: exposed time, which nothing else hid, summed by name
 -- over ranks and steps.

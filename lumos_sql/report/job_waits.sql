@@ -1,3 +1,5 @@
+-- reads: collectives, iterations
+-- writes: none
 -- External waits of one job: per rank and step, the time its collectives waited for their
 -- peers' arrival (collectives.wait_ns of the collectives that started in the step's GPU span).
 SELECT i.rank, i.step,

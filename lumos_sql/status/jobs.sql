@@ -1,3 +1,5 @@
+-- reads: jobs
+-- writes: none
 -- `lumos status`: one row per job (the catalog's `jobs` view), ranks shown as min-max.
 SELECT
     job,

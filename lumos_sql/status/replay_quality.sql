@@ -1,3 +1,5 @@
+-- reads: replay_quality
+-- writes: none
 -- `lumos status`: per replayed job, the model replay's worst median and max error over its ranks
 -- and metrics, and the largest share of a step its measured external waits take, with their
 -- main cause (replay_quality; lumos_sql/graph/waits.sql; null for a replay stored before them).

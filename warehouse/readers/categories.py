@@ -4,7 +4,7 @@ The aliases live in the schema registry (`warehouse.schema.CATEGORY_ALIASES`); t
 them to a whole column at once through its dictionary, so the cost is per distinct category,
 not per event. The dictionary is found by a numba pass that compares each row's bytes with the
 few categories seen so far (the previous row's first): a trace has a dozen categories, and
-pyarrow's hash-based `dictionary_encode` cost 3x more per chunk.
+pyarrow's hash-based `dictionary_encode` cost more per chunk (docs/warehouse.md, "Module notes").
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Value spans → all int64 and string columns of a chunk, in one row-wise numba pass.
 
 Row-wise (event by event) rather than column by column: an event's ~250 bytes are read while
-they are in cache, instead of 27 random passes over a chunk (3x faster on 32 MiB chunks). Within
-a row only the fields the event holds are visited: a Kineto event fills ~8 of the 27 columns,
-and checking every absent one cost more than the values (0.76 -> 0.66 s per GB of JSON).
+they are in cache, instead of 27 random passes over a chunk. Within a row only the fields the
+event holds are visited: a Kineto event fills ~8 of the 27 columns, and checking every absent
+one cost more than the values. Measurements: docs/warehouse.md, "Module notes".
 Per-value rules live in `numbers.int_value` and `strings.str_value`.
 """
 

@@ -1,21 +1,11 @@
 """One validating pass over a trace's bytes: top-level structure, JSON grammar, kept-key spans.
 
-Replaces three passes (`scanner` for event boundaries, msgspec to validate each chunk's events,
-`walker` for the spans of the kept keys) with one numba walk. Per buffer, `scan`
-
-- follows the top-level object like `scanner` (same phases, same clean-point resumption, the
-  other top-level members reported as key/value spans, still validated by the caller);
-- checks every event object against the JSON grammar as it walks it (strings and their escapes,
-  `\\uXXXX` included, control characters refused as in `json`'s strict mode, numbers, literals,
-  nesting, commas and colons); NaN and Infinity are refused (not JSON; Kineto never writes them);
-- records, per event, the byte span of each kept key (`walker.KEYS`: the event fields and the
-  promoted `args` keys; a repeated key keeps its last value, as `json` does) into span arrays
-  of a fixed capacity; a full capacity ends the call at a clean point, like a full `members`.
-
-Spans are positions in the buffer passed in. UTF-8 is not checked here: `state[S_HIGH]` says
-whether an event string of the call held a byte >= 0x80 (it may also be set by bytes just past a
-string, never missed), and the caller checks the events' bytes then. Nesting deeper than
-`MAX_DEPTH` is refused.
+Replaces three passes (`scanner`, msgspec validation, `walker`) with one numba walk: `scan`
+follows the top-level object like `scanner`, checks every event object against the JSON grammar
+(NaN and Infinity refused) and records per event the byte span of each kept key
+(`walker.KEYS`) into fixed-capacity arrays; a full capacity ends the call at a clean point.
+UTF-8 is not checked here: `state[S_HIGH]` says whether the caller must check it. Details:
+docs/warehouse.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """The decorator of the reader's numba kernels: compiled without numba's reference counting.
 
-Passing an array to a numba function that is not inlined makes numba increment and decrement the
-array's reference count around the call, with atomic (`lock`) instructions. The reader calls its
-helpers a few times per JSON token, and those atomics were 65% of the scan's time (perf on a
-54 MB trace: 166 MB/s with them, 730 MB/s without). The reader's kernels allocate nothing (every
-buffer comes from the caller), so they need no reference counting: `_nrt=False` turns it off, and
-any allocation inside them fails at compile time instead of leaking. numba is pinned
-(pyproject.toml) because `_nrt` is a private option.
-
-Helpers called once per value or token are inlined (`inline=True`): a call passes every array
-as its seven fields, pushed on the stack, and the 27 calls per event were half of the conversion's
-time (perf, 54 MB trace). Inlining `int_value`, `str_value`, the number parser and the scan's
-`_string`/`_number`/`_scalar` took the conversion 60 -> 35 ms and the scan 84 -> 65 ms; the key
-lookup `_match` (a dozen per event), the scan 3 % more. Rare paths (`_unescape`,
-`_int_in_string`, `_literal`, `_match_escaped`) and `_event` (once per event: inlined, no
-faster) stay calls.
-
-The kernels call helpers across this package's modules (`swar` inside `fused` and `columns`, ...),
-and numba keys a cached kernel by the hash of its own file only: an edited helper left the
-callers' cached machine code in use. `_PackageStamp` keys them by all of the package's sources.
-
-A kernel found in the cache is loaded without numba's context refresh (`_LoadOnlyCache`), which
-exists for compiling: of a small ingest's 0.58 s of CPU it took 0.1 s, and importing `numba.np`
-for it 0.06 s more.
+The reader's kernels allocate nothing, so `_nrt=False` turns off the reference counting numba
+adds around every call taking arrays (its atomics dominated the scan's time), and an allocation
+inside them fails at compile time. Helpers called once per token are inlined (`inline=True`).
+numba is pinned (pyproject.toml) because `_nrt` is a private option. `_PackageStamp` keys the
+cache by all of the package's sources (numba keys it by the kernel's own file only), and
+`_LoadOnlyCache` loads a cached kernel without numba's context refresh. Measurements:
+docs/warehouse.md, "Module notes".
 """
 
 from __future__ import annotations

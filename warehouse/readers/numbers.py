@@ -2,7 +2,7 @@
 
 `ts` in a Kineto trace is microseconds written as an integer or as decimal text such as
 `1712345678901234.567`; a float64 holds only ~15.9 significant digits, so at epoch scale it drops
-the nanoseconds (field-notes §3). Here the digits are read as an integer mantissa and shifted by
+the nanoseconds. Here the digits are read as an integer mantissa and shifted by
 an exact power of ten (`scale` = 3 turns µs into ns). Digits below the unit are rounded half to
 even (Kineto writes at most 3 decimals, so this never happens on real traces).
 

@@ -1,7 +1,7 @@
 """The decompressed byte stream of a trace file, read in bounded chunks.
 
 gzip is recognised by its magic bytes, not the file name, and decompressed with `isal.igzip`
-(1-3 GB/s, field-notes §4). Decompression failures (a truncated or corrupt gzip member) become
+(the fastest gzip measured, docs/warehouse.md). Decompression failures (a truncated or corrupt gzip member) become
 MalformedTrace naming the file. `HashedFile` hashes the file's own (compressed) bytes as they
 are read, so one reading gives both the events and the sha256 that identifies the content.
 """

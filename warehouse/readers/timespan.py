@@ -2,7 +2,7 @@
 
 Metadata events ('M') carry placeholder timestamps (often 0) and are not part of the span; an
 event without `dur` ends at its `ts`. One numba pass over the columns in place: the same with
-pyarrow compute was ten calls and copies per chunk (0.15 s of CPU per GB of JSON).
+pyarrow compute was ten calls and copies per chunk (docs/warehouse.md, "Module notes").
 """
 
 from __future__ import annotations

@@ -1,39 +1,12 @@
-"""What the warehouse's other jobs teach about the device: co-location contention.
+"""Co-location contention: how much slower an operator runs with more ranks on the host.
 
-Ranks of a CPU job share the host's cores, caches and memory bandwidth, so the same operator runs
-slower in a 2-rank job than in a single-rank one (on the 2-core ground-truth machine: 1.01-1.10x
-per DP or PP job, time-weighted over its ops, measured in the corpus). A single-rank trace cannot
-show this, so the estimator learns it from the warehouse (`lumos_sql/estimate/contention.sql`):
-per multi-rank job on the base's device, the time-weighted ratio of its top-level ops' slots
-(duration + the dispatch gap after them) to the single-rank jobs' slots for the same (name,
-input shapes), divided by the part of it the job's own training state explains (`calibrate`'s
-`state_scale`: the working-set law at the job's per-rank state against that of the single-rank
-jobs it was compared with; a pipeline rank's half of the layers makes its ops faster, which is
-not contention). The factor for a world
-size is the median over its jobs; a target's CPU work is scaled by f(target world) / f(base
-world). World sizes the warehouse has not seen take the nearest smaller one's factor, with a
-warning; a warehouse without multi-rank jobs on the device gives 1 and says so.
-
-More ranks than the host has cores time-share them, which the ops' own durations barely show:
-on the 2-core corpus machine the world-4 jobs' ops ran 1.2-1.5x slower than single-rank (the
-factor learned from them), yet their steps took 2.1-6.2x the single-rank step. A rank is
-descheduled mostly while it blocks in a collective, so the time-sharing lands in the waits. The
-ranks' CPU work must still fit on the cores: the factor of a world is multiplied by the ranks
-per core, max(1, world / cores) (`cores`: the host's, when known; 0 leaves it out), and so are the
-modelled collectives' costs (gloo's ring steps, copies and reductions are CPU work of the
-ranks too, learned where each rank had a core).
-
-Ranks that run in lock-step are slowed more. A tensor-parallel job blocks every rank on an
-all-reduce per linear, so both ranks always compute at once and each op after a collective reads
-what the other core just wrote: on the corpus machine the TP jobs' unsplit ops (layer norms,
-residual adds) run 1.16-1.18x slower than single-rank, the DP and PP jobs' 1.01-1.10x. Jobs with
-synchronous collectives (`CommModel.lockstep_jobs`, from `lumos_sql/estimate/collective_waits.sql`)
-teach a separate factor, `lockstep`, used for targets with tp > 1; their sliced GEMMs match no
-single-rank op, so the matched-share floor does not apply to them (what matched is the unsplit
-ops, which is what contention is measured on). Without such jobs, TP targets take the other
-jobs' factor and say so.
-
-`exclude` leaves jobs out, so that an accuracy check never learns from the run it predicts.
+A single-rank trace cannot show that ranks sharing a host's cores, caches and memory bandwidth
+slow each other, so `Contention` learns it from the warehouse's other jobs on the base's device
+(`lumos_sql/estimate/contention.sql`): per multi-rank job, the time-weighted ratio of its ops'
+slots to the single-rank jobs' for the same ops, less what its own training state explains. The
+factor of a world size is the median over its jobs, times the ranks per core; lock-step
+(tensor-parallel) jobs teach a separate factor. `exclude` leaves jobs out, so that an accuracy
+check never learns from the run it predicts. Measurements: docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -275,9 +248,9 @@ class Contention:
         `state_scale(job, refs)` is the working set's part of a job's ratio (its state against
         that of the single-rank jobs it was compared with, `refs`): it is divided out, since an
         estimate scales the target by its own state apart (`working_set.WorkingSet`)."""
-        from lumos.estimate.fleet_sql import fleet_rows
+        from lumos.estimate.calibration_sql import calibration_rows
 
-        (rows,), why = fleet_rows(wh, ["contention"], job, exclude)
+        (rows,), why = calibration_rows(wh, ["contention"], job, exclude)
         if why:
             return cls(notes=[f"contention not learned ({why})"])
         if state_scale is not None:

@@ -1,4 +1,4 @@
-"""The fleet's GEMM curve (lumos/estimate/gemm_fleet.py) on shapes whose answer is known by
+"""The calibration jobs' GEMM curve (lumos/estimate/gemm_curve.py) on shapes whose answer is known by
 hand; the curve on the real corpus is checked in tests/test_corpus.py."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 
 from lumos.estimate.config import ModelConfig
-from lumos.estimate.gemm_fleet import GemmCurve, parse_gemm, role_gemms
+from lumos.estimate.gemm_curve import GemmCurve, parse_gemm, role_gemms
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,8 @@
-"""Everything the warehouse's fleet teaches an estimator of one base job, learned in one place.
+"""Everything the warehouse's calibration jobs teach an estimator of one base job, learned in one place.
 
-`FleetModel.learn(wh, job, exclude)` runs each fleet model's calibration (collectives,
+`Calibration.learn(wh, job, exclude)` runs each calibration model's calibration (collectives,
 contention, working set, idle gaps, GEMM and attention curves) leaving out the jobs in `exclude`,
-then lets the host prior of the base's device kind (`priors.py`) fill in every law the fleet
+then lets the host prior of the base's device kind (`priors.py`) fill in every law the calibration jobs
 could not teach. The estimator's cache (`estimator._build_cache`) and the accuracy check
 (`accuracy.corpus_accuracy`, one model per held-out run) both come through here, so that what an
 estimate knows and what the accuracy figures measure are the same thing.
@@ -15,17 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from lumos.estimate.comm import CommModel
-from lumos.estimate.fleet import Contention
-from lumos.estimate.fleet_slope import state_lookup
-from lumos.estimate.gemm_fleet import GemmCurve
+from lumos.estimate.contention import Contention
+from lumos.estimate.gemm_curve import GemmCurve
 from lumos.estimate.idle_gaps import IdleGaps
-from lumos.estimate.op_fleet import OpTimes, calibrate_shapes
+from lumos.estimate.op_times import OpTimes, calibrate_shapes
 from lumos.estimate.priors import HostPrior
+from lumos.estimate.slope_law import state_lookup
 from lumos.estimate.working_set import WorkingSet
 
 
 @dataclass
-class FleetModel:
+class Calibration:
     comm: CommModel
     contention: Contention
     gemms: GemmCurve
@@ -41,7 +41,7 @@ class FleetModel:
         exclude: Sequence[str] = (),
         states: dict[str, tuple[float, float] | None] | None = None,
         prior: bool = True,
-    ) -> FleetModel:
+    ) -> Calibration:
         """What `wh`'s jobs (but those in `exclude`) teach about `job`'s device; with `prior`,
         the laws they cannot teach come from the packaged prior of its device kind. `states`
         memoises each job's inferred sizes across calls (one per held-out run)."""
@@ -75,20 +75,20 @@ class FleetModel:
 
 def base_kind(wh: Any, job: str) -> str:
     """'cpu' or 'gpu': the device kind of `job`'s traces ('cpu' when the warehouse cannot say)."""
-    from lumos.estimate.fleet_sql import fleet_rows
+    from lumos.estimate.calibration_sql import calibration_rows
 
-    (rows,), why = fleet_rows(wh, ["base_kind"], job)
+    (rows,), why = calibration_rows(wh, ["base_kind"], job)
     return str(rows[0][0]) if not why and rows and rows[0][0] else "cpu"
 
 
 def learn_prior(wh: Any, job: str, source: str, cores: int = 0) -> HostPrior:
-    """The laws `wh`'s fleet teaches around base `job` (nothing borrowed from any prior), as a
-    prior for warehouses that hold no such fleet; `cores`: the CPU cores of the host it ran on.
-    Raises ValueError naming every law the fleet could not teach: a prior is only as complete
-    as the fleet it came from."""
-    from lumos.estimate.fleet_slope import span_of
+    """The laws `wh`'s calibration jobs teach around base `job` (nothing borrowed from any prior), as a
+    prior for warehouses that hold no such calibration jobs; `cores`: the CPU cores of the host it ran on.
+    Raises ValueError naming every law the calibration jobs could not teach: a prior is only as complete
+    as the calibration jobs it came from."""
+    from lumos.estimate.slope_law import span_of
 
-    f = FleetModel.learn(wh, job, prior=False)
+    f = Calibration.learn(wh, job, prior=False)
     c, ws, g = f.comm, f.working_set, f.gaps
     lock = f.contention.lockstep
     missing = [
@@ -107,7 +107,7 @@ def learn_prior(wh: Any, job: str, source: str, cores: int = 0) -> HostPrior:
     ]
     if missing:
         raise ValueError(
-            f"the fleet around {job!r} cannot teach a prior: no {', '.join(missing)} learned"
+            f"the calibration jobs around {job!r} cannot teach a prior: no {', '.join(missing)} learned"
         )
     assert lock is not None
     return HostPrior(

@@ -1,24 +1,12 @@
-"""What the warehouse's attention ops teach: their time as a function of shape.
+"""The time of attention ops as a function of their shape, learned from the warehouse.
 
-Scaling attention by its FLOPs misses how its cost grows on a real device (a hold-out grid of
-19 configurations on the corpus machine under-predicted sequence x4 by 27%, most of it in
-attention). The fleet's single-rank jobs on the base's device measured the same ops at many
-shapes (`lumos_sql/estimate/op_samples.sql`). Fused scaled-dot-product kernels, forward and
-backward, per op name:
-``t = c0 + a·bh·s + b·bh·s·d + c·bh·s² + e·bh·s²·d`` (bh = batch × heads on the rank, s the
-sequence, d the head dimension): the per-call cost, per-row work (softmax statistics), the
-Q, K, V, O traffic, per-score work (exp, mask) and the score FLOPs, fitted with non-negative
-coefficients on relative error. Each term is a physical cost, so the fit extrapolates along s²
-where a log-log curve would bend too early (leave-one-out on the corpus machine, seq 512 from
-samples up to 256: -6% forward, -3% backward). It needs samples that vary in bh, s and d
-(otherwise the s and s² terms cannot be told apart): without them the estimator keeps its
-roofline split (`retime.attention_compute_share`). GPU devices give no samples (the CPU op is
-the launch, not the kernel).
-
-Memory-bound ops were tried the same way (a local log-log curve of time against elements per
-op name) and not kept: the fleet's large tensors come from its large models, whose every op
-runs slower (working set), so the curves over-predicted a micro-batch x2 of the same model
-(layer norm and adds: +40% against the target's traced ops, where feature scaling was -4%).
+Scaling attention by its FLOPs misses how its cost grows on a real device. The single-rank jobs on
+the base's device measured the same ops at many shapes (`lumos_sql/estimate/op_samples.sql`);
+per op name, fused scaled-dot-product kernels are fitted as
+``t = c0 + a·bh·s + b·bh·s·d + c·bh·s² + e·bh·s²·d`` with non-negative coefficients on relative
+error, each term a physical cost, so the fit extrapolates along s². Without samples that vary in
+bh, s and d the estimator keeps its roofline split. GPU devices give no samples. Measurements and
+what was tried: docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -30,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from lumos.estimate.gemm_fleet import GemmCurve
+from lumos.estimate.gemm_curve import GemmCurve
 from lumos_sql.taxonomy import is_attention
 
 # a backward op in the template is the autograd engine's frame around the node that has shapes
@@ -94,7 +82,7 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @dataclass
 class OpTimes:
-    """Per attention op name: the coefficients of `attention_terms`, from the fleet."""
+    """Per attention op name: the coefficients of `attention_terms`, from the calibration jobs."""
 
     attn: dict[str, list[float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -121,7 +109,7 @@ class OpTimes:
             if coef is not None:
                 out_attn[name] = coef.tolist()
         notes = [
-            f"attention times fitted by shape for {len(out_attn)} op(s) from the fleet's "
+            f"attention times fitted by shape for {len(out_attn)} op(s) from the calibration jobs' "
             "single-rank jobs"
         ]
         if attn and not out_attn:
@@ -172,12 +160,12 @@ class OpTimes:
 def calibrate_shapes(
     wh: Any, job: str, exclude: Sequence[str] = (), job_scale: Mapping[str, float] | None = None
 ) -> tuple[GemmCurve, OpTimes]:
-    """The GEMM curve and the attention fits of `job`'s device from one read of the fleet's
+    """The GEMM curve and the attention fits of `job`'s device from one read of the calibration jobs'
     op samples (jobs in `exclude` left out), each job's times divided by its `job_scale`
     (`WorkingSet.job_scales`: its state's slowdown against the base's)."""
-    from lumos.estimate.fleet_sql import fleet_rows
+    from lumos.estimate.calibration_sql import calibration_rows
 
-    (rows,), why = fleet_rows(wh, ["op_samples"], job, exclude)
+    (rows,), why = calibration_rows(wh, ["op_samples"], job, exclude)
     if why:
         return (
             GemmCurve(notes=[f"GEMM times not learned ({why})"]),

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from lumos.estimate.comm import CommModel
-from lumos.estimate.fleet import Contention
-from lumos.estimate.layers import ROLE
+from lumos.estimate.contention import Contention
+from lumos.estimate.template import ROLE
 from lumos.estimate.transforms import _run_ends
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
@@ -109,7 +109,7 @@ def test_one_tp_allreduce_per_linear():
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="corpus not checked out")
 def test_contention_sql_on_real_jobs(tmp_path):
     """dp2 runs base's exact per-rank work on two ranks of the same host: its ops are slower.
-    The estimator's cache follows the fleet: ingesting dp2 after a first estimate re-learns
+    The estimator's cache follows the calibration jobs: ingesting dp2 after a first estimate re-learns
     (before it, contention is the CPU host prior's, and the estimate says so)."""
     from lumos.api import Warehouse
     from lumos.estimate import priors

@@ -1,40 +1,12 @@
 """Group a base job's traced step into the blocks the graph transforms reassemble.
 
-`extract_template(warehouse, job, cfg)` reads `lumos_sql/estimate/template_tasks.sql` (the top-level
-CPU operators of each traced step on the step's thread and the autograd thread, with the
-annotations that contain them) and cuts one representative step into blocks:
-
-``head``  ops before the first micro-batch's forward (data loading, zero_grad);
-``f_pre`` / ``f_post``  forward ops of a micro-batch before the first / after the last layer
-(embedding; final norm, LM head, loss); ``f_layer``  one layer's forward;
-``b_post`` / ``b_pre``  backward ops before the first / after the last layer's backward
-(loss and head backward; embedding backward); ``b_layer``  one layer's backward;
-``opt``  the optimizer; ``tail``  everything after it up to the step's end.
-
-Evidence, in order of preference: the trainer's `forward_mb<m>` / `layer_<i>` annotations; else
-(`_infer_labels`) layers from module names (`nn.Module: <X>Layer_<i>`, `layers.<i>`) or from the
-period of the forward's op-name sequence anchored at attention ops; micro-batches as the runs of
-consecutive layers; a micro-batch's forward starts after the previous backward (or at its embedding
-lookup) and ends with the last op a backward op links to; the optimizer from `optimizer` or
-torch's `Optimizer.step#` annotation. A step without backward operators (an inference trace) is
-refused with a message: the estimator predicts training steps.
-
-Backward operators carry no layer annotation: they inherit their forward op's layer and role
-through the autograd `Sequence number` (SQL). Collective ops of the base (`c10d::*`) are dropped:
-the transforms re-create the communication of the target configuration. Durations and gaps are the
-per-position medians over the job's traced steps when every step has the same operator sequence
-(noise is reduced and the template's step equals the median step), else the median step's.
-
-Each op gets a *role*, the shape feature its duration scales with (`lumos.estimate.retime`):
-by name for the ops every trainer runs (layer norm, GELU, cross-entropy, ...), else by shape
-(`ShapeRoles`, given the base configuration): a forward op whose largest input holds one
-micro-batch's tokens x hidden (or x the rank's FFN width, or x the vocabulary, or its attention
-scores) elements works on that activation and scales with it, whatever its name (GPT-2's tanh
-GELU as pow/tanh/mul, LLaMA's RMSNorm as pow/mean/rsqrt, rotary embeddings); its backward
-inherits the role. Before this, such ops kept their traced time at every size (GPT-2 at seq x2:
--25%).
-The template is cached as `<wh>/estimate_templates/job=<enc>/template.npz` (keyed on the job's
-trace hashes), so that an estimate after the first one never touches SQL.
+`extract_template(warehouse, job, cfg)` reads `lumos_sql/estimate/template_tasks.sql` and cuts one
+representative step into blocks (``head``, ``f_pre``/``f_layer``/``f_post``,
+``b_post``/``b_layer``/``b_pre``, ``opt``, ``tail``), from the trainer's annotations or, without
+them, from module names and the period of the forward's op names (`_infer_labels`). Each op gets a
+*role*, the shape feature its duration scales with (`lumos.estimate.retime`). The template is
+cached as `<wh>/estimate_templates/job=<enc>/template.npz`, so later estimates never touch SQL.
+The blocks, the evidence and the roles in full: docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations

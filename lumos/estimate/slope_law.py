@@ -1,11 +1,11 @@
-"""A power law learned from the fleet: how one quantity of a job (its op speed, its idle gaps)
+"""A power law learned from the calibration jobs: how one quantity of a job (its op speed, its idle gaps)
 changes with one size of its configuration (per-rank state, one layer's activations), relative
 to the base job. Shared by `working_set` and `idle_gaps`.
 
 Each other job of the base's device and world size is a point (job, log size ratio, log quantity
 ratio, weight); the slope is weighted least squares through the origin over the jobs whose size
 differs from the base's by 10% or more (at least two of them), never negative; a target's ratio
-beyond the fleet's range is clamped at 4x either way, with a warning.
+beyond the calibration jobs' range is clamped at 4x either way, with a warning.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def fit_slope(points: Sequence[Point], law: str, unlearned: str, size: str) -> t
 
 
 class SlopeLaw:
-    """What `working_set.WorkingSet` and `idle_gaps.IdleGaps` share: the fleet's points and, for
+    """What `working_set.WorkingSet` and `idle_gaps.IdleGaps` share: the calibration jobs' points and, for
     a law borrowed from a host prior, the span it was learned over."""
 
     points: list[Point]
@@ -99,7 +99,7 @@ def power_scale(
 def points_from_rows(
     rows: Sequence[tuple[Any, ...]], sizes: dict[str, float], base: float, min_weight: float = 0.0
 ) -> list[Point]:
-    """Points from fleet-query rows (job, ratio, count, share) and each job's size; the weight is
+    """Points from calibration-query rows (job, ratio, count, share) and each job's size; the weight is
     the share, at least `min_weight`. Jobs without a ratio, a size or a share are left out."""
     points = []
     for job, ratio, _n, share in rows:
@@ -111,7 +111,7 @@ def points_from_rows(
     return points
 
 
-def fleet_sizes(
+def calibration_sizes(
     wh: Any,
     query: str,
     job: str,
@@ -123,9 +123,9 @@ def fleet_sizes(
     """(rows of `estimate/<query>`, each job's size on `axis` of `state_of`, why nothing can be
     learned or None). Rows are capped at the `max_jobs` best matched; `states` memoises each
     job's inferred `state_of` (None: not inferable) across calls."""
-    from lumos.estimate.fleet_sql import fleet_rows
+    from lumos.estimate.calibration_sql import calibration_rows
 
-    (rows,), why = fleet_rows(wh, [query], job, exclude)
+    (rows,), why = calibration_rows(wh, [query], job, exclude)
     if why:
         return [], {}, why
     if max_jobs is not None:
@@ -148,7 +148,7 @@ def activations_kept(cfg: Any) -> Any:
 
 def state_of(cfg: Any, memory_bytes: float | None = None) -> tuple[float, float]:
     """(per-rank training state bytes, one layer's activation bytes per micro-batch) of a
-    configuration: the sizes the fleet's op speeds and idle gaps are compared on. Both with the
+    configuration: the sizes the calibration jobs' op speeds and idle gaps are compared on. Both with the
     activations kept (`memory_bytes` must be so): a checkpointed step's ops handle the same
     tensors, it only replays them instead of keeping them."""
     from lumos.estimate.memory import estimate_memory, layer_activation_bytes

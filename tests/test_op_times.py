@@ -1,11 +1,11 @@
-"""The attention law learned from the fleet (lumos/estimate/op_fleet.py), checked by hand."""
+"""The attention law learned from the calibration jobs (lumos/estimate/op_times.py), checked by hand."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lumos.estimate.op_fleet import (
+from lumos.estimate.op_times import (
     OpTimes,
     attention_terms,
     nnls,

@@ -1,23 +1,12 @@
-"""What the warehouse's GEMMs teach: the time of a matrix multiply as a function of its shape.
+"""The time of a matrix multiply as a function of its shape, learned from the warehouse's GEMMs.
 
-A GEMM's efficiency grows with its size (cache blocking, vector units filled, the per-call
-overhead amortised), so doubling its FLOPs less than doubles its time: on the corpus machine a
-micro-batch x2 costs x1.66-1.88 per GEMM, and a tensor-parallel slice keeps 0.66-0.97x of the
-unsplit GEMM's time for half its work. Scaling a traced GEMM by its FLOPs misses both. The fleet
-of single-rank jobs on the same device holds GEMMs of many shapes
-(`lumos_sql/estimate/op_samples.sql`), and `GemmCurve.time(m, k, n)` reads the curve from them:
-a local linear fit of log time on (log2 m, log2 k, log2 n), each sample weighted by its distance to
-the queried shape (Gaussian, `BANDWIDTH` doublings), with slopes pulled gently towards 1 (time
-proportional to FLOPs, what large GEMMs approach) so that a direction the samples do not vary in
-scales with its FLOPs. A shape further than `REACH` doublings from every sample is flagged
-(`beyond`): the fit extrapolates there.
-
-The estimator uses the curve for the change of a GEMM role's time between the base and the
-target (`role_gemms` lists each role's multiplies per layer and micro-batch: the forward's
-activation x weight, the backward's input and weight gradients): the traced ops keep their
-durations, and their variable part changes by what the curve says the multiplies inside them gain
-or lose. Devices other than the CPU (a GPU trace's CPU op is the kernel's launch) and warehouses
-without single-rank jobs on the device give no curve: the roles scale with their FLOPs.
+A GEMM's efficiency grows with its size, so scaling a traced GEMM by its FLOPs is wrong both for
+larger micro-batches and for tensor-parallel slices. `GemmCurve.time(m, k, n)` reads the curve
+from the single-rank jobs' GEMMs on the same device (`lumos_sql/estimate/op_samples.sql`): a local
+linear fit of log time on the log2 dimensions, weighted by distance to the queried shape
+(`BANDWIDTH`), with slopes pulled towards 1; a shape further than `REACH` doublings from every
+sample is flagged (`beyond`). `role_gemms` lists each role's multiplies. Non-CPU devices and
+warehouses without single-rank jobs give no curve. Measurements: docs/estimate.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -69,7 +58,7 @@ def parse_gemm(name: str, dims_text: str | None) -> Shape | None:
 
 @dataclass
 class GemmCurve:
-    """Median time of GEMMs by shape on one device, from the fleet's single-rank jobs."""
+    """Median time of GEMMs by shape on one device, from the single-rank calibration jobs."""
 
     shapes: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))  # log2 (m, k, n)
     log_ns: np.ndarray = field(default_factory=lambda: np.zeros(0))

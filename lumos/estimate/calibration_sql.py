@@ -1,8 +1,8 @@
-"""Run the estimator's fleet queries (`lumos_sql/estimate/*.sql`) on a warehouse's catalog.
+"""Run the estimator's calibration queries (`lumos_sql/estimate/*.sql`) on a warehouse's catalog.
 
 Every query takes the base `$job` and the jobs to leave out, `$exclude` (an accuracy check
 never learns from the run it predicts), and reads the jobs it learns from through the
-`fleet_jobs` macro (`estimate/fleet_jobs.sql`), defined on the connection first. A warehouse without a catalog, or a query DuckDB
+`calibration_jobs` macro (`estimate/calibration_jobs.sql`), defined on the connection first. A warehouse without a catalog, or a query DuckDB
 refuses, yields no rows and the reason, so that each model falls back to its defaults and says
 why instead of failing the estimate.
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def fleet_rows(
+def calibration_rows(
     wh: Any, names: Sequence[str], job: str, exclude: Sequence[str] = ()
 ) -> tuple[list[list[tuple[Any, ...]]], str | None]:
     """(rows of each `estimate/<name>` query, None) or (empty lists, why nothing was read)."""
@@ -29,7 +29,7 @@ def fleet_rows(
         return empty, "no catalog"
     try:
         params = {"job": job, "exclude": list(exclude)}
-        con.execute(lumos_sql.load("estimate/fleet_jobs"))
+        con.execute(lumos_sql.load("estimate/calibration_jobs"))
         return [
             con.execute(lumos_sql.load(f"estimate/{n}"), params).fetchall() for n in names
         ], None
