@@ -577,7 +577,9 @@ def unbounded(b: Bench) -> None:
 
     b.case("unbounded", "lumos sql --max-rows 10", max_rows)
     b.case(
-        "unbounded", "select * from events, table and csv, on ~430k events", lambda: _big_select(b)
+        "unbounded",
+        "select * from events, table and csv, 4 copies of the biggest trace",
+        lambda: _big_select(b),
     )
     ran = lumos("ingest", str(GPT_CPU), "-q", "--warehouse", str(wh))
     if ran.rc != 0:
