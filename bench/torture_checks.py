@@ -224,7 +224,8 @@ class Verdict:
     def refused(self, ran: Ran, *says: str) -> None:
         """A clear refusal: no traceback, a failing exit status, the problem named."""
         self.no_traceback(ran)
-        self.need(ran.rc != 0 and not ran.timed_out, f"not refused ({ran.brief()})")
+        if not self.need(ran.rc != 0 and not ran.timed_out, f"not refused ({ran.brief()})"):
+            return
         for s in says:
             self.need(s.lower() in ran.text.lower(), f"does not say {s!r} ({ran.brief()})")
 

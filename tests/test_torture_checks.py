@@ -50,7 +50,10 @@ def test_a_refusal_is_clear_or_not_handled() -> None:
     assert not traceback.handled and "a traceback" in traceback.summary()
     silent = Verdict()
     silent.refused(_ran(0, "1 ingested"), "vocab")
-    assert len(silent.failed) == 2  # not refused, and the problem not named
+    assert silent.failed == ["not refused (exit 0: 1 ingested)"]
+    unnamed = Verdict()
+    unnamed.refused(_ran(1, "lumos ingest: something went wrong"), "vocab")
+    assert unnamed.failed == ["does not say 'vocab' (exit 1: lumos ingest: something went wrong)"]
 
 
 def test_large_inputs_are_streamed_as_said(tmp_path: Path, examples: Path) -> None:
