@@ -52,7 +52,7 @@ def report(b: Bench) -> int:
         for c in notes:
             print(f"  [{c.area}] {c.name}: {c.what}")
     if b.scaled:
-        print("\nscaled down (the size is not what the case tests):")
+        print("\nscaled down (the size is not what the case tests) or not tried:")
         for line in b.scaled:
             print(f"  {line}")
     return 0 if not missed else 1
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torture: {BASE} is missing (../shared/traces; set LUMOS_SHARED)", file=sys.stderr)
         return 2
     if os.geteuid() != 0:
-        print("torture: not root: the permission cases run as the current user", file=sys.stderr)
+        print("torture: not root: the cases run as user nobody are not tried", file=sys.stderr)
     tmp = Path(tempfile.mkdtemp(prefix="lumos-torture-"))
     tmp.chmod(0o755)  # the permission cases run as nobody
     b = Bench(tmp, args.quick)
