@@ -9,6 +9,7 @@ so `lumos --help` and quick commands start fast.
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import importlib
 import os
@@ -17,6 +18,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from lumos.process_exit import exit_now
+
+_REFUSED_BY_THE_MACHINE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 
 # Order is the order shown in `lumos --help`.
 COMMAND_MODULES = [
@@ -76,6 +79,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:
+        # the machine refusing a path (a warehouse this user cannot write, a read-only mount, a
+        # full disk): one line naming the path, not a traceback; other OS errors are bugs
+        if exc.errno not in _REFUSED_BY_THE_MACHINE or exc.filename is None:
+            raise
+        print(f"lumos {args.command}: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 1
     except Exception as exc:
         # DuckDB's errors (a damaged Parquet file in the warehouse, a bad query) name the file or
         # the problem themselves: one line, not a traceback

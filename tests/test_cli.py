@@ -270,3 +270,46 @@ def test_unmatched_collectives_are_named(shared_traces: Path, tmp_path: Path) ->
     res = lumos("replay", "--job", "mid", "--warehouse", wh)
     assert res.returncode == 0, res.stderr
     assert "job 'mid': 23 of 23 collective kernels not matched across ranks" in res.stderr
+
+
+def _traversable_by_others(path: Path) -> bool:
+    return all(p.stat().st_mode & 0o001 for p in [path, *path.parents])
+
+
+def test_a_warehouse_the_user_cannot_write_is_a_message(examples: Path) -> None:
+    """Issue 34, item 7: `lumos ingest` into a warehouse its user cannot write says so in one
+    line naming the path (it was a PermissionError traceback), and writes nothing. Run as
+    `nobody` under root (root writes anywhere), else on a warehouse made read-only."""
+    import tempfile
+
+    uid = os.geteuid()
+    if uid == 0 and (not shutil.which("setpriv") or not _traversable_by_others(ROOT)):
+        pytest.skip("as root, needs setpriv and a checkout that user nobody can read")
+    top = Path(tempfile.mkdtemp(prefix="lumos-unwritable-"))
+    try:
+        top.chmod(0o755)
+        wh, cache = top / "wh", top / "numba"
+        trace = top / "rank0.json.gz"
+        shutil.copy(examples / "nccl_a100" / "nccl_data.json.gz", trace)
+        assert lumos("ingest", str(trace), "--job", "a", "--warehouse", str(wh)).returncode == 0
+        before = sorted((p.name, p.stat().st_mtime_ns) for p in wh.rglob("*"))
+        argv = [sys.executable, "-m", "lumos", "ingest", str(trace), "--job", "b"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "NUMBA_CACHE_DIR": str(cache)}
+        if uid == 0:  # numba caches its kernels where this user can write
+            cache.mkdir()
+            os.chown(cache, 65534, 65534)
+            argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+        else:
+            wh.chmod(0o555)
+        res = subprocess.run(
+            [*argv, "--warehouse", str(wh)], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert res.returncode == 1, res.stderr
+        assert "Traceback" not in res.stderr, res.stderr
+        assert res.stderr.strip().startswith(f"lumos ingest: {wh}/"), res.stderr
+        assert "Permission denied" in res.stderr
+        assert sorted((p.name, p.stat().st_mtime_ns) for p in wh.rglob("*")) == before
+    finally:
+        for p in [top, *top.rglob("*")]:
+            p.chmod(0o755) if p.is_dir() else None
+        shutil.rmtree(top, ignore_errors=True)
