@@ -25,6 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
+# the cases share the tests' warehouse checks (`tests.warehouse_checks`): the repository's root
+# on the path, as `python bench/torture.py` from anywhere needs
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from torture_bench import AREAS, BASE, Bench, Case
 from torture_hostile import inbox, names, skips, sql
 from torture_limits import unbounded
