@@ -1,0 +1,156 @@
+"""The manifest as a Delta Lake table on object storage: the prototype of issue 38, item 1.
+
+Only for a warehouse URI `s3://bucket/prefix` (that is the flag: a local directory keeps the
+lock-and-rename manifest of `warehouse.manifest`, unchanged). The table `<uri>/manifest` holds
+rows of `TRACES`; one `append` is one Delta commit, which delta-rs makes with S3's conditional
+put, so writers on several machines commit safely without a lock, and a reader sees whole
+commits only (a killed writer's data file that no log entry names is in no version). Endpoint
+and credentials come from the standard AWS variables (`AWS_ENDPOINT_URL` for S3-compatible
+stores). Why Delta Lake: docs/warehouse.md, "Open table format: choice by measurement".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+import pyarrow as pa
+
+from warehouse.layout import Layout
+from warehouse.manifest import Manifest, _keep_latest, _rows, read_manifest
+from warehouse.schema import TRACES
+
+__all__ = ["LakeError", "LakeManifest", "import_manifest", "is_remote", "storage_options"]
+
+REMOTE_SCHEMES = ("s3",)
+_AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+class LakeError(Exception):
+    """A warehouse URI or table the lake refuses; the message names the URI and the problem."""
+
+
+def is_remote(uri: str | os.PathLike[str]) -> bool:
+    """Whether `uri` names a warehouse on object storage (else it is a local directory)."""
+    return urlparse(os.fspath(uri)).scheme in REMOTE_SCHEMES
+
+
+def storage_options(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """delta-rs's options from the standard AWS variables; plain http only for an http endpoint
+    (a local MinIO or moto)."""
+    env = os.environ if env is None else env
+    out = {k: env[k] for k in _AWS_VARIABLES if env.get(k)}
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if region:
+        out["AWS_REGION"] = region
+    endpoint = env.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        out["AWS_ENDPOINT_URL"] = endpoint
+        if endpoint.startswith("http://"):
+            out["AWS_ALLOW_HTTP"] = "true"
+    return out
+
+
+@dataclass(frozen=True)
+class LakeManifest:
+    """The manifest table of the warehouse at `uri` (`s3://bucket/prefix`)."""
+
+    uri: str
+    storage: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def at(cls, uri: str, env: Mapping[str, str] | None = None) -> LakeManifest:
+        parsed = urlparse(uri)
+        if parsed.scheme not in REMOTE_SCHEMES:
+            raise LakeError(f"{uri}: not an object-storage warehouse (expected s3://bucket/prefix)")
+        if not parsed.netloc:
+            raise LakeError(f"{uri}: no bucket (expected s3://bucket/prefix)")
+        return cls(uri.rstrip("/"), storage_options(env))
+
+    @property
+    def table_uri(self) -> str:
+        return f"{self.uri}/manifest"
+
+    def ensure(self) -> None:
+        """Create the table if absent (several processes may race to: one creates it).
+        Not `DeltaTable.is_deltatable`: in deltalake 1.6.6 it never returns against moto."""
+        from deltalake import DeltaTable
+
+        try:
+            DeltaTable.create(
+                self.table_uri, schema=TRACES, mode="ignore", storage_options=self.storage
+            )
+        except Exception as exc:  # a racing creator's version 0 won the conditional put
+            try:
+                DeltaTable(self.table_uri, storage_options=self.storage)
+            except Exception:
+                raise LakeError(
+                    f"{self.table_uri}: cannot create the manifest table: {exc}"
+                ) from exc
+
+    def append(self, rows: Sequence[dict]) -> None:
+        """Append `rows` (TRACES, `ingested_at` a datetime or integer µs) as one commit."""
+        if not rows:
+            return
+        from deltalake import write_deltalake
+
+        table = pa.Table.from_pylist(list(rows), schema=TRACES)
+        write_deltalake(self.table_uri, table, mode="append", storage_options=self.storage)
+
+    def version(self) -> int:
+        """The latest committed version: a reader that pins it sees that commit and no later."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.table_uri, storage_options=self.storage).version()
+
+    def read(self, version: int | None = None) -> Manifest:
+        """The latest row per (job, sha256) as of `version` (the latest when None)."""
+        from deltalake import DeltaTable
+
+        try:
+            dt = DeltaTable(self.table_uri, version=version, storage_options=self.storage)
+        except Exception as exc:  # TableNotFoundError, or a version that is not there
+            raise LakeError(f"{self.table_uri}: cannot read the manifest table: {exc}") from exc
+        table = dt.to_pyarrow_table(columns=TRACES.names)
+        table = table.cast(TRACES).sort_by([("ingested_at", "ascending")])
+        latest: dict[tuple[str, str], dict] = {}
+        _keep_latest(latest, _rows(table))
+        return Manifest(latest)
+
+    def snapshot(self) -> tuple[int, list[str]]:
+        """A pinned version and its ok rows' events files (relative to the warehouse), what a
+        catalog connection lists once (`warehouse.snapshot`)."""
+        version = self.version()
+        return version, sorted(self.read(version).ok_files())
+
+    def upkeep(self) -> None:
+        """Merge the small files the commits made, then checkpoint the log (a nightly job)."""
+        from deltalake import DeltaTable
+
+        dt = DeltaTable(self.table_uri, storage_options=self.storage)
+        dt.optimize.compact()
+        dt.create_checkpoint()
+
+
+def import_manifest(layout: Layout, lake: LakeManifest) -> int:
+    """Copy a local warehouse's manifest (its latest rows) into `lake` as one commit, then check
+    that the lake reads back the same (job, sha256, status, n_events, events_file) set; returns
+    the rows copied. The events and trace_meta files are not moved (issue 38, item 4)."""
+    rows = read_manifest(layout).rows
+    lake.ensure()
+    before = {_key(r) for r in lake.read().rows}
+    lake.append(rows)
+    got = {_key(r) for r in lake.read().rows}
+    missing = {_key(r) for r in rows} - got
+    if missing or len(got) != len(before | {_key(r) for r in rows}):
+        raise LakeError(
+            f"{lake.table_uri}: the copy of {layout.root}'s manifest reads back differently "
+            f"({len(missing)} rows missing, {len(got)} read)"
+        )
+    return len(rows)
+
+
+def _key(row: dict) -> tuple:
+    return (row["job"], row["sha256"], row["status"], row["n_events"], row["events_file"])
