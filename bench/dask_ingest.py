@@ -10,7 +10,10 @@ N runs at once, every step a task on the cluster. The cluster is started once pe
 and its workers import lumos before the first timed run (a long-lived cluster's state); the
 runs' own processes start cold each time, as a launcher's do. Each timed run writes a fresh
 warehouse and DAGSTER_HOME. Prints per configuration the median wall of the backfill, input
-MB/s and jobs/min, and the ratio to the in-process median. Not a test; not run in CI.
+MB/s and jobs/min, the ratio to the in-process median, and, from the runs' event logs, the mean
+seconds per job inside its steps (STEP_START to STEP_SUCCESS) and inside its run (RUN_START to
+RUN_SUCCESS): the rest of a backfill's wall is the runs' process starts and waits for a slot.
+Not a test; not run in CI.
 """
 
 from __future__ import annotations
@@ -60,8 +63,40 @@ def _import(name: str) -> str:
     return name
 
 
-def measure(workers: int, jobs: list[str], inbox: Path, tmp: Path, runs: int) -> list[float]:
-    """Wall seconds of `runs` backfills of `jobs` on `workers` Dask workers (0: in process)."""
+def run_times(home: Path, run_ids: list[str]) -> tuple[float, float]:
+    """Seconds inside the steps and inside the runs, summed over `run_ids`, from the event log."""
+    import dagster as dg
+
+    kinds = {
+        dg.DagsterEventType.STEP_START,
+        dg.DagsterEventType.STEP_SUCCESS,
+        dg.DagsterEventType.RUN_START,
+        dg.DagsterEventType.RUN_SUCCESS,
+    }
+    steps = runs = 0.0
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for run_id in run_ids:
+            started: dict[str, float] = {}
+            for entry in instance.all_logs(run_id, of_type=kinds):
+                event = entry.dagster_event
+                key = event.step_key or "run"
+                if event.event_type in (
+                    dg.DagsterEventType.STEP_START,
+                    dg.DagsterEventType.RUN_START,
+                ):
+                    started[key] = entry.timestamp
+                elif key == "run":
+                    runs += entry.timestamp - started[key]
+                else:
+                    steps += entry.timestamp - started[key]
+    return steps, runs
+
+
+def measure(
+    workers: int, jobs: list[str], inbox: Path, tmp: Path, runs: int
+) -> list[tuple[float, float, float]]:
+    """(wall, in steps, in runs) seconds of `runs` backfills of `jobs` on `workers` Dask workers
+    (0: in process)."""
     from pipelines.backfill import backfill
 
     if workers:
@@ -91,11 +126,12 @@ def measure(workers: int, jobs: list[str], inbox: Path, tmp: Path, runs: int) ->
                 address=None if c is None else c.scheduler_address,
                 parallel=max(1, workers),
             )
-            walls.append(time.perf_counter() - started)
+            wall = time.perf_counter() - started
             failed = [(o.job, o.error) for o in outcomes if not o.success]
             if failed:
                 sys.exit(f"workers={workers}: runs failed: {failed}")
-            print(f"  workers={workers} run {r + 1}: {walls[-1]:.1f} s", flush=True)
+            walls.append((wall, *run_times(home, [o.run_id for o in outcomes])))
+            print(f"  workers={workers} run {r + 1}: {wall:.1f} s", flush=True)
     return walls
 
 
@@ -113,14 +149,23 @@ def main() -> None:
         tmp = Path(name)
         mb = make_inbox(tmp / "inbox", jobs) / 1e6
         results = {w: measure(w, jobs, tmp / "inbox", tmp, args.runs) for w in counts}
-    base = statistics.median(results[0]) if 0 in results else None
+    base = statistics.median(r[0] for r in results[0]) if 0 in results else None
     print(f"\n{mb:.1f} MB of gzip'd traces, {len(jobs)} jobs, load {os.getloadavg()[0]:.1f} at end")
-    print(f"{'executor':<16}{'median s':>10}{'MB/s':>8}{'jobs/min':>10}{'vs in-process':>15}")
-    for w, walls in results.items():
-        med = statistics.median(walls)
+    print(
+        f"{'executor':<16}{'median s':>10}{'MB/s':>8}{'jobs/min':>10}{'vs in-process':>15}"
+        f"{'steps s/job':>13}{'run s/job':>11}"
+    )
+    n = len(jobs)
+    for w, rows in results.items():
+        med = statistics.median(r[0] for r in rows)
+        steps = statistics.mean(r[1] for r in rows) / n
+        in_run = statistics.mean(r[2] for r in rows) / n
         label = "in process" if w == 0 else f"dask {w} worker" + ("s" if w > 1 else "")
         ratio = f"{base / med:.2f}x" if base else "-"
-        print(f"{label:<16}{med:>10.1f}{mb / med:>8.2f}{60 * len(jobs) / med:>10.1f}{ratio:>15}")
+        print(
+            f"{label:<16}{med:>10.1f}{mb / med:>8.2f}{60 * n / med:>10.1f}{ratio:>15}"
+            f"{steps:>13.2f}{in_run:>11.2f}"
+        )
 
 
 if __name__ == "__main__":
