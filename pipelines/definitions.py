@@ -14,6 +14,7 @@ from pipelines.assets.replay import job_replay
 from pipelines.assets.sweeps import grid_sweeps
 from pipelines.checks import trace_events_checks
 from pipelines.checks_replay import replay_accuracy
+from pipelines.executors import job_executor
 from pipelines.jobs import ingest_job, sweep_job
 from pipelines.resources import WarehouseResource
 from pipelines.schedules import nightly_ingest
@@ -23,8 +24,11 @@ ASSETS = [trace_events, job_replay, warehouse_catalog, grid_sweeps]
 ASSET_CHECKS = [trace_events_checks, replay_accuracy]
 
 
-def build_definitions(resource: WarehouseResource | None = None) -> dg.Definitions:
-    """The definitions with a given warehouse/inbox (default: from the environment)."""
+def build_definitions(
+    resource: WarehouseResource | None = None, executor: dg.ExecutorDefinition | None = None
+) -> dg.Definitions:
+    """The definitions with a given warehouse/inbox and executor of `ingest_job` (default: both
+    from the environment, `pipelines/resources.py` and `pipelines/executors.py`)."""
     return dg.Definitions(
         assets=ASSETS,
         asset_checks=ASSET_CHECKS,
@@ -32,6 +36,7 @@ def build_definitions(resource: WarehouseResource | None = None) -> dg.Definitio
         sensors=[inbox_sensor],
         schedules=[nightly_ingest],
         resources={"lumos": resource or WarehouseResource.from_env()},
+        executor=executor or job_executor(),
     )
 
 

@@ -1,9 +1,11 @@
 """`ingest_job`: ingest one job partition and rebuild the catalog, in one run; `sweep_job`: run the
 sweeps of the grids folder into the `estimates` table.
 
-The in-process executor: both steps are small and sequential (the catalog waits for the ingest),
-so a subprocess per step would only add start-up cost; the parallelism is the process pool inside
-the ingest step.
+`ingest_job` takes the definitions' executor (`pipelines/executors.py`): in process unless
+`LUMOS_DASK_SCHEDULER` names a Dask scheduler. In process, its steps are small and sequential (the
+catalog waits for the ingest), so a subprocess per step would only add start-up cost; the
+parallelism is the process pool inside the ingest step, or, on Dask, the runs of a backfill on
+different workers. `sweep_job` stays in process: it is one step.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from pipelines.assets.sweeps import grid_sweeps
 ingest_job = dg.define_asset_job(
     name="ingest_job",
     selection=dg.AssetSelection.assets(trace_events, job_replay, warehouse_catalog),
-    executor_def=dg.in_process_executor,
     description="Ingest one training job's traces (a `trace_jobs` partition), check them, replay "
     "and explain its iterations, and rebuild the DuckDB catalog.",
 )

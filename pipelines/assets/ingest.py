@@ -7,6 +7,7 @@ partition is cheap: files already in the warehouse (same content hash) are skipp
 
 # No `from __future__ import annotations`: Dagster reads the parameter annotations at runtime.
 
+import multiprocessing as mp
 import os
 import time
 from pathlib import Path
@@ -49,7 +50,11 @@ def job_files(job: str, resource: WarehouseResource, config: TraceEventsConfig) 
 
 
 def pool_size(files: list[Path]) -> int:
-    """Ingest workers for these files: one per core, but not more than the input can keep busy."""
+    """Ingest workers for these files: one per core, but not more than the input can keep busy;
+    one in a daemonic process (a Dask worker), which may not start a pool: there the cluster's
+    workers are the parallelism."""
+    if mp.current_process().daemon:
+        return 1
     total = sum(p.stat().st_size for p in files if p.is_file())
     return max(1, min(os.cpu_count() or 1, len(files), total // MIN_BYTES_PER_WORKER))
 
