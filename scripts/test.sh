@@ -15,4 +15,4 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 export NUMBA_CACHE_DIR="${NUMBA_CACHE_DIR:-$PWD/.numba_cache}"
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=15 "$@"
