@@ -1,5 +1,6 @@
-"""The reader's cached kernels are recompiled when a helper in another module of the package
-changes (numba alone keys a cached kernel by its own file: the old machine code stayed in use)."""
+"""The reader's and the replay's cached kernels are recompiled when a helper in another module of
+their package changes (numba alone keys a cached kernel by its own file: the old machine code
+stayed in use)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import kernels.jit_cache as replay_cache
 import warehouse.readers.jit as jit
 
 _HELPER = "from jit import kernel\n\n\n@kernel\ndef helper():\n    return {value}\n"
@@ -60,6 +62,41 @@ def test_user_cache_folder_is_keyed_by_the_package_too(tmp_path: Path) -> None:
     assert any(user.rglob("caller.caller-*.nbi")), "the kernel was not cached in the user folder"
     (pkg / "helper.py").write_text(_HELPER.format(value=41))
     assert _run(pkg, None, user) == "42"
+
+
+_REPLAY_HELPER = (
+    "from numba import njit\n\n\n@njit(cache=True)\ndef helper():\n    return {value}\n"
+)
+_REPLAY_CALLER = (
+    "{stamp}from numba import njit\n\nfrom replay_helper import helper\n\n\n"
+    "@njit(cache=True)\ndef caller():\n    return helper() + 1\n\n\nprint(caller())\n"
+)
+
+
+def test_replay_kernels_are_keyed_by_every_replay_module(tmp_path: Path) -> None:
+    """`kernels.jit_cache` stamps a replay kernel with all of `kernels/replay*.py` (the batch
+    driver links in the event-driven and linear kernels of other modules). Without it, numba
+    keeps the caller's old machine code after its helper's module changed: the control."""
+    for stamped in (True, False):
+        pkg = tmp_path / ("stamped" if stamped else "plain")
+        pkg.mkdir()
+        shutil.copy(replay_cache.__file__, pkg / "jit_cache.py")
+        (pkg / "replay_helper.py").write_text(_REPLAY_HELPER.format(value=1))
+        stamp = "import jit_cache  # noqa: F401\n" if stamped else ""
+        (pkg / "replay_caller.py").write_text(_REPLAY_CALLER.format(stamp=stamp))
+        cache_dir = tmp_path / f"cache_{pkg.name}"
+        run = [sys.executable, "replay_caller.py"]
+        env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir)}
+
+        def out(run: list[str] = run, env: dict[str, str] = env, pkg: Path = pkg) -> str:
+            got = subprocess.run(run, cwd=pkg, env=env, capture_output=True, text=True, check=True)
+            return got.stdout.strip()
+
+        assert out() == "2"
+        assert out() == "2"  # from the cache
+        assert any(cache_dir.rglob("replay_caller.caller-*.nbi")), "the kernel was not cached"
+        (pkg / "replay_helper.py").write_text(_REPLAY_HELPER.format(value=41))
+        assert out() == ("42" if stamped else "2")
 
 
 _READ = (
