@@ -17,6 +17,7 @@ from numba import get_num_threads, njit, prange
 
 import kernels.jit_cache  # noqa: F401  (the cache keyed by every replay module)
 from kernels.graph import GraphBatch, ReplayGraph
+from kernels.replay_arrays import BatchArrays, GraphArrays, batch_arrays, graph_arrays
 from kernels.replay_codes import DEFAULT_QUEUE_DEPTH, STATUS_OK, ReplayError
 from kernels.replay_event import _TS_WIDTH, _replay_one
 from kernels.replay_linear import STATUS_FALLBACK, _linear_order, _replay_linear
@@ -49,26 +50,7 @@ def _run_range(  # noqa: ANN201, PLR0913
     i1,
     ws,
     inst_graph,
-    task_off,
-    proc_off,
-    coll_off,
-    n_devices,
-    proc,
-    proc_ptr,
-    proc_list,
-    proc_device,
-    succ_ptr,
-    succ_dst,
-    succ_lat,
-    indeg,
-    launch_src,
-    launch_dst,
-    rt_mode,
-    rt_arg,
-    rt_lat,
-    coll,
-    coll_size,
-    flags,
+    batch,
     dur_pool,
     dur_off,
     delay_pool,
@@ -97,7 +79,9 @@ def _run_range(  # noqa: ANN201, PLR0913
 
     With ``eager``, an instance whose graph has a linear order (``lin_ok``) is first computed by
     `_replay_linear`; only if that cannot prove its schedule does it run `_replay_one`.
-    ``linear[i]`` says which one produced instance i."""
+    ``linear[i]`` says which one produced instance i. ``batch`` is a `BatchArrays`; each
+    instance's graph is a `GraphArrays` of its slices."""
+    task_off, proc_off, coll_off = batch.task_off, batch.proc_off, batch.coll_off
     n_max = ws.shape[0] // _WS_PER_TASK
     ts = ws[: n_max * _TS_WIDTH]
     stack = ws[n_max * _TS_WIDTH : n_max * (_TS_WIDTH + 1)]
@@ -126,6 +110,25 @@ def _run_range(  # noqa: ANN201, PLR0913
             rt_src = rt_src_s[:n]
         d0 = dur_off[i]
         l0 = delay_off[i]
+        ga = GraphArrays(
+            batch.proc[t0:t1],
+            batch.proc_ptr[p0 + g : p1 + g + 1],
+            batch.proc_list,
+            batch.proc_device[p0:p1],
+            batch.n_devices[g],
+            batch.succ_ptr[t0 + g : t1 + g + 1],
+            batch.succ_dst,
+            batch.succ_lat,
+            batch.indeg[t0:t1],
+            batch.launch_src[t0:t1],
+            batch.launch_dst[t0:t1],
+            batch.rt_mode[t0:t1],
+            batch.rt_arg[t0:t1],
+            batch.rt_lat[t0:t1],
+            batch.coll[t0:t1],
+            batch.coll_size[coll_off[g] : coll_off[g + 1]],
+            batch.flags[t0:t1],
+        )
         if eager and lin_ok[g]:
             if keep:
                 ls, le, lc = start, end, crit_src
@@ -138,19 +141,7 @@ def _run_range(  # noqa: ANN201, PLR0913
                 dep_ptr[t0 + g : t1 + g + 1],
                 dep_src,
                 dep_lat,
-                proc[t0:t1],
-                proc_ptr[p0 + g : p1 + g + 1],
-                proc_list,
-                proc_device[p0:p1],
-                n_devices[g],
-                launch_src[t0:t1],
-                launch_dst[t0:t1],
-                rt_mode[t0:t1],
-                rt_arg[t0:t1],
-                rt_lat[t0:t1],
-                coll[t0:t1],
-                coll_size[coll_off[g] : coll_off[g + 1]],
-                flags[t0:t1],
+                ga,
                 dur_pool[d0 : d0 + n],
                 delay_pool[l0 : l0 + n],
                 queue_depth,
@@ -170,23 +161,7 @@ def _run_range(  # noqa: ANN201, PLR0913
                 continue
         linear[i] = 0
         ms, st = _replay_one(
-            proc[t0:t1],
-            proc_ptr[p0 + g : p1 + g + 1],
-            proc_list,
-            proc_device[p0:p1],
-            n_devices[g],
-            succ_ptr[t0 + g : t1 + g + 1],
-            succ_dst,
-            succ_lat,
-            indeg[t0:t1],
-            launch_src[t0:t1],
-            launch_dst[t0:t1],
-            rt_mode[t0:t1],
-            rt_arg[t0:t1],
-            rt_lat[t0:t1],
-            coll[t0:t1],
-            coll_size[coll_off[g] : coll_off[g + 1]],
-            flags[t0:t1],
+            ga,
             dur_pool[d0 : d0 + n],
             delay_pool[l0 : l0 + n],
             queue_depth,
@@ -207,18 +182,63 @@ def _run_range(  # noqa: ANN201, PLR0913
 
 
 @njit(cache=True, parallel=True)
-def _batch(n_chunks, ws, *args):  # noqa: ANN001, ANN002, ANN202
+def _batch(n_chunks, ws, inst_graph, batch, *args):  # noqa: ANN001, ANN002, ANN202
     """Instances split into ``n_chunks`` contiguous ranges, one per ``prange`` iteration, each with
-    its slice of the working memory ``ws``. With ``n_chunks == 1`` it runs on the calling thread."""
-    n_inst = args[0].shape[0]
+    its slice of the working memory ``ws``. With ``n_chunks == 1`` it runs on the calling thread.
+    A parallel loop cannot take a tuple of arrays from outside: ``batch`` crosses it unpacked."""
+    n_inst = inst_graph.shape[0]
     if n_chunks <= 1:
-        _run_range(0, n_inst, ws, *args)
+        _run_range(0, n_inst, ws, inst_graph, batch, *args)
         return
     per = ws.shape[0] // n_chunks
+    (
+        task_off,
+        proc_off,
+        coll_off,
+        n_devices,
+        proc,
+        proc_ptr,
+        proc_list,
+        proc_device,
+        succ_ptr,
+        succ_dst,
+        succ_lat,
+        indeg,
+        launch_src,
+        launch_dst,
+        rt_mode,
+        rt_arg,
+        rt_lat,
+        coll,
+        coll_size,
+        flags,
+    ) = batch
     for c in prange(n_chunks):
         i0 = c * n_inst // n_chunks
         i1 = (c + 1) * n_inst // n_chunks
-        _run_range(i0, i1, ws[c * per : (c + 1) * per], *args)
+        b = BatchArrays(
+            task_off,
+            proc_off,
+            coll_off,
+            n_devices,
+            proc,
+            proc_ptr,
+            proc_list,
+            proc_device,
+            succ_ptr,
+            succ_dst,
+            succ_lat,
+            indeg,
+            launch_src,
+            launch_dst,
+            rt_mode,
+            rt_arg,
+            rt_lat,
+            coll,
+            coll_size,
+            flags,
+        )
+        _run_range(i0, i1, ws[c * per : (c + 1) * per], inst_graph, b, *args)
 
 
 @dataclass(frozen=True, eq=False)
@@ -326,25 +346,7 @@ def _graph_order(g: ReplayGraph) -> tuple[np.ndarray, bool]:
     got = _graph_orders.get(g)
     if got is None:
         order, ok = _linear_order(
-            g.proc,
-            g.proc_ptr,
-            g.proc_list,
-            g.proc_device,
-            g.n_devices,
-            g.succ_ptr,
-            g.succ_dst,
-            g.indeg,
-            g.launch_src,
-            g.rt_mode,
-            g.rt_arg,
-            g.rt_lat_ns,
-            g.coll,
-            g.coll_size,
-            g.dur_ns,
-            g.delay_ns,
-            g.dep_ptr,
-            g.dep_src,
-            g.dep_lat_ns,
+            graph_arrays(g), g.dur_ns, g.delay_ns, g.dep_ptr, g.dep_src, g.dep_lat_ns
         )
         got = (order, bool(ok))
         _graph_orders[g] = got
@@ -449,26 +451,7 @@ def replay_batch(
         n_chunks,
         ws[: n_chunks * n_max * _WS_PER_TASK],
         inst,
-        batch.task_off,
-        batch.proc_off,
-        batch.coll_off,
-        batch.n_devices,
-        batch.proc,
-        batch.proc_ptr,
-        batch.proc_list,
-        batch.proc_device,
-        batch.succ_ptr,
-        batch.succ_dst,
-        batch.succ_lat_ns,
-        batch.indeg,
-        batch.launch_src,
-        batch.launch_dst,
-        batch.rt_mode,
-        batch.rt_arg,
-        batch.rt_lat_ns,
-        batch.coll,
-        batch.coll_size,
-        batch.flags,
+        batch_arrays(batch),
         dur_pool,
         dur_off,
         delay_pool,

@@ -62,23 +62,7 @@ def _park(ts, wait_head, wait_next, w, g):  # noqa: ANN001, ANN202
 
 @njit(cache=True)
 def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
-    proc,
-    proc_ptr,
-    proc_list,
-    proc_dev,
-    n_dev,
-    succ_ptr,
-    succ_dst,
-    succ_lat,
-    indeg,
-    launch_src,
-    launch_dst,
-    rt_mode,
-    rt_arg,
-    rt_lat,
-    coll,
-    coll_size,
-    flags,
+    graph,
     dur,
     delay,
     queue_depth,
@@ -96,7 +80,7 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
 ):
     """Replay one graph into start/end/crit_src/crit_kind/rt_src; return (makespan, status).
 
-    ``proc_ptr`` and ``succ_ptr`` hold absolute positions into ``proc_list`` / ``succ_*`` (which may
+    ``graph`` is a `GraphArrays`: its ``proc_ptr`` and ``succ_ptr`` hold absolute positions into ``proc_list`` / ``succ_*`` (which may
     be a batch's concatenation); all task and processor ids are local to this graph. With ``keep``
     the schedule is written to ``start``..``rt_src`` (length n); without, they are not touched
     (``rt_src`` is then scratch of length >= n). ``ts`` (>= n rows of `_TS_WIDTH`) and ``stack``
@@ -121,6 +105,22 @@ def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
     armed and its (time, tie) key is below the heap's top: the pop would return it next anyway.
     ``eager=False`` runs every event through the heap: the reference the tests compare against.
     """
+    proc, proc_ptr, proc_list, proc_dev, n_dev = (
+        graph.proc,
+        graph.proc_ptr,
+        graph.proc_list,
+        graph.proc_dev,
+        graph.n_dev,
+    )
+    succ_ptr, succ_dst, succ_lat, indeg = (
+        graph.succ_ptr,
+        graph.succ_dst,
+        graph.succ_lat,
+        graph.indeg,
+    )
+    launch_src, launch_dst, flags = graph.launch_src, graph.launch_dst, graph.flags
+    rt_mode, rt_arg, rt_lat = graph.rt_mode, graph.rt_arg, graph.rt_lat
+    coll, coll_size = graph.coll, graph.coll_size
     n = proc.shape[0]
     n_procs = proc_dev.shape[0]
     # Before a task starts, start[] holds its ready time and crit_src[] the predecessor that set it.

@@ -72,20 +72,7 @@ def _heap_pop(h, size):  # noqa: ANN001, ANN202
 
 @njit(cache=True)
 def _linear_order(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
-    proc,
-    proc_ptr,
-    proc_list,
-    proc_dev,
-    n_dev,
-    succ_ptr,
-    succ_dst,
-    indeg,
-    launch_src,
-    rt_mode,
-    rt_arg,
-    rt_lat,
-    coll,
-    coll_size,
+    graph,
     dur,
     delay,
     dep_ptr,
@@ -104,7 +91,23 @@ def _linear_order(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
     other task appears once, when it ends. Other durations rarely need another order, and when
     they do `_replay_linear` notices and the simulation runs. ``ok`` is False when the order
     cannot cover the graph (a cycle, a collective that never completes, a wait never resolved).
+    ``graph`` is a `GraphArrays`.
     """
+    proc, proc_ptr, proc_list, proc_dev, n_dev = (
+        graph.proc,
+        graph.proc_ptr,
+        graph.proc_list,
+        graph.proc_dev,
+        graph.n_dev,
+    )
+    succ_ptr, succ_dst, indeg, launch_src = (
+        graph.succ_ptr,
+        graph.succ_dst,
+        graph.indeg,
+        graph.launch_src,
+    )
+    rt_mode, rt_arg, rt_lat = graph.rt_mode, graph.rt_arg, graph.rt_lat
+    coll, coll_size = graph.coll, graph.coll_size
     n = proc.shape[0]
     n_procs = proc_ptr.shape[0] - 1
     n_coll = coll_size.shape[0]
@@ -367,19 +370,7 @@ def _replay_linear(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
     dep_ptr,
     dep_src,
     dep_lat,
-    proc,
-    proc_ptr,
-    proc_list,
-    proc_dev,
-    n_dev,
-    launch_src,
-    launch_dst,
-    rt_mode,
-    rt_arg,
-    rt_lat,
-    coll,
-    coll_size,
-    flags,
+    graph,
     dur,
     delay,
     queue_depth,
@@ -406,11 +397,22 @@ def _replay_linear(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
       launch's end at most ``queue_depth`` tasks can be outstanding (launches ended at or before
       it, minus launched GPU tasks started before it, counted in time buckets: an upper bound).
       When no launch is held the queue changes nothing, so the schedule stands.
-    ``dep_ptr`` holds absolute positions into ``dep_src``; ``asm`` (>= 2n) and ``qs`` (>= 2n) are
+    ``graph`` is a `GraphArrays` (its successor CSR unused); ``dep_ptr`` holds absolute positions
+    into ``dep_src``; ``asm`` (>= 2n) and ``qs`` (>= 2n) are
     scratch, from the caller's reused working memory (the queue check's counters were fresh
     arrays, whose page faults cost a fifth of a replay of a 1.2M-task graph). Without
     ``keep``, ``crit_src``/``crit_kind`` are not written and the others are scratch of length n.
     """
+    proc, proc_ptr, proc_list, proc_dev, n_dev = (
+        graph.proc,
+        graph.proc_ptr,
+        graph.proc_list,
+        graph.proc_dev,
+        graph.n_dev,
+    )
+    launch_src, launch_dst, flags = graph.launch_src, graph.launch_dst, graph.flags
+    rt_mode, rt_arg, rt_lat = graph.rt_mode, graph.rt_arg, graph.rt_lat
+    coll, coll_size = graph.coll, graph.coll_size
     n = proc.shape[0]
     n_procs = proc_dev.shape[0]
     for i in range(n):
