@@ -1,4 +1,4 @@
-"""The linear replay pass (`kernels.replay._replay_linear`) against the event-driven simulation.
+"""The linear replay pass (`kernels.replay_linear._replay_linear`) against the event-driven simulation.
 
 The linear pass computes a schedule in one topological sweep and falls back to the simulation
 whenever a simulated-time decision cannot be proven from final values; every schedule must equal,
