@@ -1,11 +1,12 @@
-"""numba's on-disk cache of the replay kernels, keyed by all of their modules' sources.
+"""numba's on-disk cache keyed by all the sources of a set of modules, not by a kernel's own file.
 
-numba keys a cached kernel by its own file only, but the replay kernels call across modules
-(`kernels.replay_batch` links in `kernels.replay_event` and `kernels.replay_linear`): an edit of
-a callee's module would leave its callers' old machine code in use. Importing this module (each
-replay kernel module does) puts, ahead of numba's own cache locators, ones that claim the
-functions of `kernels/replay*.py` and stamp them with the hash of every such file. The same
-mechanism as the reader's `warehouse.readers.jit`, for this package's replay modules.
+numba stamps a cached kernel with its own file only, but a kernel that calls across modules (the
+batch replay links in the event-driven and linear kernels; the reader's kernels call each
+other's helpers) would keep its old machine code after a callee's module changed.
+`key_by_sources(package, pattern)` puts, ahead of numba's own cache locators, ones that claim
+the functions of `package/<pattern>` and stamp them with the hash of every such file. Importing
+this module does it for the replay modules (`kernels/replay*.py`); the reader's kernels do it
+for their package (`warehouse.readers.jit`).
 """
 
 from __future__ import annotations
@@ -17,47 +18,53 @@ from typing import Any
 
 from numba.core import caching
 
-_PACKAGE = Path(__file__).resolve().parent
-_PATTERN = "replay*.py"
+__all__ = ["key_by_sources"]
+
+_KEYED: set[tuple[Path, str]] = set()
 
 
 @cache
-def _sources_stamp(stamps: tuple[tuple[str, int, int], ...]) -> bytes:
+def _sources_stamp(package: Path, stamps: tuple[tuple[str, int, int], ...]) -> bytes:
     digest = hashlib.sha256()
     for name, _, _ in stamps:
         digest.update(name.encode())
-        digest.update((_PACKAGE / name).read_bytes())
+        digest.update((package / name).read_bytes())
     return digest.digest()
 
 
-class _ReplayStamp:
-    """Mixed into numba's locators: claims only the replay modules' kernels and stamps them with
-    the hash of every replay module rather than the kernel's own file."""
+def key_by_sources(package: Path, pattern: str) -> None:
+    """Stamp the cached kernels of `package/<pattern>` with the hash of all those files (once
+    per package and pattern)."""
+    package = package.resolve()
+    if (package, pattern) in _KEYED:
+        return
 
-    def get_source_stamp(self) -> bytes:
-        stamps = []
-        for p in sorted(_PACKAGE.glob(_PATTERN)):
-            st = p.stat()
-            stamps.append((p.name, st.st_mtime_ns, st.st_size))
-        return _sources_stamp(tuple(stamps))
+    class _Stamp:
+        def get_source_stamp(self) -> bytes:
+            stamps = []
+            for p in sorted(package.glob(pattern)):
+                st = p.stat()
+                stamps.append((p.name, st.st_mtime_ns, st.st_size))
+            return _sources_stamp(package, tuple(stamps))
 
-    @classmethod
-    def from_function(cls, py_func: Any, py_file: str) -> Any:
-        path = Path(py_file).resolve()
-        if path.parent != _PACKAGE or not path.match(_PATTERN):
-            return None
-        return super().from_function(py_func, py_file)  # type: ignore[misc]
+        @classmethod
+        def from_function(cls, py_func: Any, py_file: str) -> Any:
+            path = Path(py_file).resolve()
+            if path.parent != package or not path.match(pattern):
+                return None
+            return super().from_function(py_func, py_file)  # type: ignore[misc]
+
+    # numba's own order of places (NUMBA_CACHE_DIR, the package's __pycache__, the user's cache
+    # folder), each with the stamp; tried before numba's own locators
+    caching.CacheImpl._locator_classes[:0] = [
+        type(f"_Sources{base.__name__}", (_Stamp, base), {})
+        for base in (
+            caching.UserProvidedCacheLocator,
+            caching.InTreeCacheLocator,
+            caching.UserWideCacheLocator,
+        )
+    ]
+    _KEYED.add((package, pattern))
 
 
-# numba's own order of places (NUMBA_CACHE_DIR, the package's __pycache__, the user's cache
-# folder), each with the replay modules' stamp; tried before numba's own locators
-_LOCATORS = [
-    type(f"_Replay{base.__name__}", (_ReplayStamp, base), {})
-    for base in (
-        caching.UserProvidedCacheLocator,
-        caching.InTreeCacheLocator,
-        caching.UserWideCacheLocator,
-    )
-]
-if not any(issubclass(c, _ReplayStamp) for c in caching.CacheImpl._locator_classes):
-    caching.CacheImpl._locator_classes[:0] = _LOCATORS
+key_by_sources(Path(__file__).parent, "replay*.py")

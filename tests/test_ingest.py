@@ -18,6 +18,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from warehouse_checks import query
 
 from warehouse.errors import TraceError
 from warehouse.ingest import ingest
@@ -26,14 +27,6 @@ from warehouse.layout import Layout, decode_job, encode_job
 from warehouse.schema import EVENT_FILE, EVENTS, TRACES
 
 DLRM = "param/dlrm_8rank/kineto"
-
-
-def query(wh: Path, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(wh / "lumos.duckdb"), read_only=True)
-    try:
-        return con.sql(sql).fetchall()
-    finally:
-        con.close()
 
 
 def raw_events(path: Path) -> list[dict]:
