@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from lumos.process_exit import exit_now
+from warehouse.location import WarehouseLocationError
 
 _REFUSED_BY_THE_MACHINE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 
@@ -79,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except WarehouseLocationError as exc:
+        print(f"lumos {args.command}: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         # the machine refusing a path (a warehouse this user cannot write, a read-only mount, a
         # full disk): one line naming the path, not a traceback; other OS errors are bugs

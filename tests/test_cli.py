@@ -138,6 +138,22 @@ def test_status(dlrm_wh) -> None:
     assert "8 file(s) ok, 0 refused" in res.stdout and "V100" in res.stdout
 
 
+def test_a_warehouse_uri_is_refused_not_made_a_local_folder(examples: Path, tmp_path: Path) -> None:
+    """`--warehouse s3://bucket/wh` (or $LUMOS_WAREHOUSE) became a local folder `s3:/bucket/wh`
+    that took the ingest: a URI is refused by name, exit 2, nothing written; `file://` is the
+    local path it names."""
+    good = examples / "dlrm_8rank" / "worker3_step_12.1694128201557.pt.trace.json.gz"
+    res = lumos("ingest", str(good), "--warehouse", "s3://bucket/wh", cwd=tmp_path)
+    assert res.returncode == 2
+    assert "s3://bucket/wh: a warehouse is a local directory" in res.stderr
+    res = lumos("status", env={"LUMOS_WAREHOUSE": "gs://b/wh"}, cwd=tmp_path)
+    assert res.returncode == 2 and "gs://b/wh: a warehouse is a local directory" in res.stderr
+    assert list(tmp_path.iterdir()) == []
+    res = lumos("ingest", str(good), "--warehouse", f"file://{tmp_path / 'wh'}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "wh" / "lumos.duckdb").exists()
+
+
 def test_warehouse_from_env_and_refusal_exit_code(examples: Path, tmp_path: Path) -> None:
     bad = tmp_path / "in" / "empty.json"
     bad.parent.mkdir()

@@ -26,12 +26,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from warehouse.location import local_warehouse
 from warehouse.schema import EVENTS, TRACE_META, TRACES
 
 __all__ = [
     "Layout",
     "decode_job",
-    "default_warehouse",
     "encode_job",
     "find_trace_files",
     "is_trace_file",
@@ -89,11 +89,6 @@ def decode_job(encoded: str) -> str:
     from urllib.parse import unquote
 
     return unquote(encoded, encoding="utf-8", errors="strict")
-
-
-def default_warehouse() -> Path:
-    """`$LUMOS_WAREHOUSE`, else `./lumos_warehouse`."""
-    return Path(os.environ.get("LUMOS_WAREHOUSE") or "lumos_warehouse")
 
 
 def is_trace_file(path: Path) -> bool:
@@ -254,7 +249,7 @@ class Layout:
 
     @classmethod
     def at(cls, root: str | os.PathLike[str] | None = None) -> Layout:
-        return cls(Path(root if root is not None else default_warehouse()).expanduser().resolve())
+        return cls(local_warehouse(root))
 
     @property
     def events_dir(self) -> Path:

@@ -16,7 +16,6 @@ import dataclasses
 import functools
 import json
 import math
-import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +79,7 @@ from lumos.estimate.transforms import (
     n_classes,
 )
 from lumos.estimate.working_set import WorkingSet
+from warehouse.location import local_warehouse
 
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or calibration files change shape (2: Template.elems), so a
@@ -303,9 +303,7 @@ class Estimator:
         default what the trace's recorder wrote (`lumos groundtruth` does), else the host
         prior's when the contention is the prior's, else unknown; `host_cores_from` names
         who gave them (warnings quote it)."""
-        # as warehouse.layout.default_warehouse (not imported: it pulls in pyarrow)
-        wh_root = Path(root or os.environ.get("LUMOS_WAREHOUSE") or "lumos_warehouse")
-        wh_root = wh_root.expanduser().resolve()
+        wh_root = local_warehouse(root)
         folder = template_path(wh_root, job).parent
         paths = {k: folder / f"{k}.json" for k in ("base", "comm")}
         stamp = manifest_stamp(wh_root)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lumos.estimate.config import ModelConfig
+from warehouse.location import local_warehouse
 
 # Dense bf16/fp16 tensor-core peak FLOP/s of one device, by a pattern of its CUDA/ROCm name
 # (first match wins, case-insensitive). Sources, the vendors' datasheets (the sparse figures
@@ -120,12 +121,10 @@ def throughput(
 def job_device(root: str | Path | None, job: str) -> Device:
     """The device of `job`'s ranks, read from the warehouse's `trace_meta` once per ingest (cached
     beside the estimator's template as device.json, stamped with the manifest's parts)."""
-    import os
 
     from lumos.estimate.template import manifest_stamp, template_dir
 
-    wh_root = Path(root or os.environ.get("LUMOS_WAREHOUSE") or "lumos_warehouse")
-    wh_root = wh_root.expanduser().resolve()
+    wh_root = local_warehouse(root)
     path = template_dir(wh_root, job) / "device.json"
     stamp = manifest_stamp(wh_root)
     try:
