@@ -351,14 +351,17 @@ def _assemble(
     )
     deps = _edges(step, base_a, copy_a, back_from, cpu_seq, proc)
     t = _set(t, "task", np.arange(n, dtype=np.int64))
-    t = _set(t, "launch_src", _remap_ids(launch, base_a, copy_a))
+    pos = {(int(b), int(c)): i for i, (b, c) in enumerate(zip(base_a, copy_a, strict=True))}
+    every = np.arange(n, dtype=np.int64)
+    t = _set(t, "launch_src", _remap_ids(launch, base_a, copy_a, pos, every))
     # an event wait names its record task by id: the record of its own copy, else the one
     # outside every copy
     mode = np.asarray(t.column("rt_mode").to_numpy(), np.int64)
-    arg = np.asarray(step.tasks.column("rt_arg").fill_null(-1).to_numpy(), np.int64)
-    t = _set(
-        t, "rt_arg", np.where(mode == int(Rt.EVENT), _remap_ids(arg, base_a, copy_a), arg[base_a])
-    )
+    base_arg = np.asarray(step.tasks.column("rt_arg").fill_null(-1).to_numpy(), np.int64)
+    arg = base_arg[base_a]
+    event = np.flatnonzero(mode == int(Rt.EVENT))
+    arg[event] = _remap_ids(base_arg, base_a, copy_a, pos, event)
+    t = _set(t, "rt_arg", arg)
     piece = np.where(copy_a >= 0, piece_of[np.maximum(copy_a, 0)], int(Piece.PLAIN))
     return EditedStep(
         base_a, copy_a, np.array(lay, np.int64), t, deps, piece, back_from, sections=sections
@@ -370,15 +373,21 @@ def _set(t: pa.Table, name: str, values: np.ndarray) -> pa.Table:
     return t.set_column(i, t.schema.field(i), pa.array(values, t.schema.field(i).type))
 
 
-def _remap_ids(ids: np.ndarray, base: np.ndarray, copy: np.ndarray) -> np.ndarray:
-    """Base task ids held per base task (`ids[b]`: a launch call, an event's record) as ids of
-    the edited step: the task of the same copy, else the one outside every copy, else -1."""
-    pos = {(int(b), int(c)): i for i, (b, c) in enumerate(zip(base, copy, strict=True))}
-    out = np.full(base.shape[0], -1, np.int64)
-    for i, (b, c) in enumerate(zip(base.tolist(), copy.tolist(), strict=True)):
-        src = int(ids[b])
+def _remap_ids(
+    ids: np.ndarray,
+    base: np.ndarray,
+    copy: np.ndarray,
+    pos: dict[tuple[int, int], int],
+    rows: np.ndarray,
+) -> np.ndarray:
+    """For the edited step's tasks `rows`, the base task id each one's base task holds (`ids`:
+    a launch call, an event's record) as an id of the edited step: the task of the same copy,
+    else the one outside every copy, else -1. `pos`: (base id, copy) -> edited id."""
+    out = np.full(rows.shape[0], -1, np.int64)
+    for k, i in enumerate(rows.tolist()):
+        src = int(ids[base[i]])
         if src >= 0:
-            out[i] = pos.get((src, c), pos.get((src, -1), -1))
+            out[k] = pos.get((src, int(copy[i])), pos.get((src, -1), -1))
     return out
 
 
