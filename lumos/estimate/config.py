@@ -66,6 +66,10 @@ class ModelConfig:
     autocast: bool = False
     fused_qkv: bool = False
     unfused_norm: bool = False
+    # a head size the model states apart from hidden / heads (Gemma, Qwen3); 0: hidden / heads
+    head_dim: int = 0
+    # the LM head's weight is the token embedding's (GPT-2, Gemma, small Qwen): one tensor
+    tied_embeddings: bool = False
 
     @property
     def ffn_size(self) -> int:
@@ -81,8 +85,13 @@ class ModelConfig:
         return self.tp if self.vocab_parallel else 1
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
+    def head_size(self) -> int:
+        """One attention head's width: `head_dim` where the model states it, else hidden / heads."""
+        return self.head_dim or self.hidden // self.heads
+
+    def q_width(self, tp: int = 1) -> int:
+        """Output width of one rank's query projection (the attention output's input width)."""
+        return self.heads // tp * self.head_size
 
     @property
     def kv_heads_n(self) -> int:
@@ -93,7 +102,7 @@ class ModelConfig:
         """Output width of one rank's Q, K and V projections: its query heads, and its share of
         the key/value heads (each rank keeps at least one: Megatron replicates them when tp
         exceeds their count)."""
-        return (self.heads // tp + 2 * max(self.kv_heads_n // tp, 1)) * self.head_dim
+        return self.q_width(tp) + 2 * max(self.kv_heads_n // tp, 1) * self.head_size
 
     def validate(self, where: str = "configuration") -> ModelConfig:
         """Raise `ConfigError` naming `where` and the key when the values do not make sense."""
@@ -109,8 +118,8 @@ class ModelConfig:
             raise ConfigError(f"{where}: recompute must be one of {RECOMPUTE}")
         checks = [
             (
-                self.hidden % self.heads == 0,
-                f"hidden {self.hidden} not a multiple of heads {self.heads}",
+                self.head_dim > 0 or self.hidden % self.heads == 0,
+                f"hidden {self.hidden} not a multiple of heads {self.heads} (and no head_dim)",
             ),
             (self.heads % self.tp == 0, f"heads {self.heads} not a multiple of tp {self.tp}"),
             (
@@ -155,7 +164,7 @@ class ModelConfig:
 
 
 # integer fields that may be 0 (none, or not known); every other one counts something
-_ZERO_ALLOWED = ("ffn", "kv_heads", "vocab", "zero_stage", "device_memory")
+_ZERO_ALLOWED = ("ffn", "kv_heads", "vocab", "zero_stage", "device_memory", "head_dim")
 # of those, the ones whose 0 only says a base's trace did not tell: never a value to ask for
 _ZERO_IS_UNKNOWN = ("vocab",)
 

@@ -1034,7 +1034,7 @@ def _within_flops(t0: float, t1: float, s0: tuple[int, ...], s1: tuple[int, ...]
 def _attention_shape(cfg: ModelConfig) -> tuple[int, int, int]:
     """(batch x heads on one rank, sequence, head dimension) of cfg's attention calls."""
     heads = max(cfg.heads, 1)
-    return (cfg.micro_batch * max(heads // cfg.tp, 1), cfg.seq, max(cfg.hidden // heads, 1))
+    return (cfg.micro_batch * max(heads // cfg.tp, 1), cfg.seq, max(cfg.head_size, 1))
 
 
 def _build_cache(root: Path, job: str, stamp: str) -> None:

@@ -179,8 +179,9 @@ def role_gemms(cfg: ModelConfig, separate_qkv: bool = False) -> dict[str, RoleGe
     linears = {
         "gemm_qkv": [(h, max(cfg.qkv_width(tp), 1))]
         if not separate_qkv
-        else [(h, max(h // tp, 1))] + [(h, max((cfg.qkv_width(tp) - h // tp) // 2, 1))] * 2,
-        "gemm_out": [(max(h // tp, 1), h)],
+        else [(h, max(cfg.q_width(tp), 1))]
+        + [(h, max((cfg.qkv_width(tp) - cfg.q_width(tp)) // 2, 1))] * 2,
+        "gemm_out": [(max(cfg.q_width(tp), 1), h)],
         "gemm_up": [(h, max(f // tp, 1))] * (2 if cfg.gated_mlp else 1),
         "gemm_down": [(max(f // tp, 1), h)],
         "gemm_head": [(h, max(v // cfg.vocab_tp, 1))],

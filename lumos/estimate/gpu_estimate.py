@@ -27,7 +27,6 @@ from lumos.estimate.kernel_work import KClass, fit_gemm, named_sizes, size_ratio
 from lumos.estimate.memory import embedding_params, head_params, params_per_layer
 from lumos.estimate.profiler_cost import PROFILER_EVENT_NS, unprofiled_cpu_ns
 from lumos.estimate.retime import features, stage_param_counts
-from lumos.estimate.template import ROLE
 from lumos.replay.build import build_graph
 
 __all__ = ["GpuEstimate", "GpuModel", "KERNEL_FIXED_QUANTILE", "estimate_step"]
@@ -209,7 +208,9 @@ class GpuModel:
             int(Coll.PP): c.p2p_ns(acts),
             int(Coll.TP): c.allreduce_ns(acts, cfg.tp, sync=True),
             int(Coll.DP_LAYER): c.allreduce_ns(grad * params_per_layer(cfg, cfg.tp), cfg.dp),
-            int(Coll.DP_HEAD): c.allreduce_ns(grad * head_params(cfg, cfg.tp), cfg.dp),
+            int(Coll.DP_HEAD): c.allreduce_ns(
+                grad * head_params(cfg, cfg.tp, with_embedding=cfg.pp == 1), cfg.dp
+            ),
             int(Coll.DP_EMBED): c.exposed_allreduce_ns(
                 grad * embedding_params(cfg, cfg.tp), cfg.dp
             ),
@@ -262,11 +263,8 @@ class GpuModel:
 def _features(cfg: ModelConfig, stage: int = 0) -> np.ndarray:
     """`retime.features` with the optimizer's feature the parameters the rank of pipeline
     stage `stage` holds, embedding and LM head included where it holds them (a single-GPU base
-    holds the whole model), and the Q, K, V projections' FLOPs at their real width
-    (grouped-query attention narrows K and V)."""
-    out = features(cfg, stage_param_counts(cfg)[stage])
-    out[ROLE["gemm_qkv"]] = float(cfg.micro_batch * cfg.seq) * cfg.hidden * cfg.qkv_width(cfg.tp)
-    return out
+    holds the whole model)."""
+    return features(cfg, stage_param_counts(cfg)[stage])
 
 
 def _arrow(values: np.ndarray):  # noqa: ANN202

@@ -51,6 +51,8 @@ CONFIDENCE: dict[str, float] = {
     "width_agrees": 0.85,  # tp from the attention width, the all-reduces agreeing
     "width_disagrees": 0.6,  # tp from the attention width, the all-reduces not agreeing
     "head_dim_guess": 0.1,  # heads: hidden / 64 without an attention op
+    "stated_head_dim": 0.85,  # head_dim: the query's head size, heads x it not hidden
+    "accumulated_grads": 0.8,  # tied_embeddings: gradient accumulations of [vocab, hidden]
     "kv_projection": 0.8,  # kv_heads: K/V projections narrower than the queries
     "no_kv_projection": 0.6,  # kv_heads: none narrower, multi-head attention
     "qkv_fused": 0.7,  # fused_qkv: one QKV projection per attention call
@@ -762,6 +764,8 @@ def _infer(con, job: str, given: dict[str, Any]) -> Inference:  # noqa: ANN001
     _dp(t, f)
     _pp_schedule(t, f, marks)
     _vocab(t, f)
+    _head_dim(t, f)
+    _tied_embeddings(t, f)
     _norms(f, con, job)
     _recompute_field(t, f)
     _flash_attention(t, f)
@@ -956,6 +960,36 @@ def _heads(t: _Trace, f: _Fields) -> None:
         f.set("heads", hidden // 64, C["head_dim_guess"], "no attention op: guessed head_dim 64")
     else:
         f.default("heads", 1, "no attention op with input shapes")
+
+
+def _head_dim(t: _Trace, f: _Fields) -> None:
+    """head_dim: stated where the query's head size times the heads is not the hidden size
+    (Gemma, Qwen3 set it apart); else 0, hidden / heads, which follows a change of hidden."""
+    att, heads = t.att, f.get("heads")
+    if att and t.hidden and heads and att.head_dim * heads != t.hidden:
+        how = f"query head size {att.head_dim}: {heads} heads × {att.head_dim} ≠ hidden {t.hidden}"
+        f.set("head_dim", att.head_dim, C["stated_head_dim"], how)
+    else:
+        f.default("head_dim", 0, "heads × head size = hidden")
+
+
+def _tied_embeddings(t: _Trace, f: _Fields) -> None:
+    """tied_embeddings: the autograd engine accumulates one [vocab, hidden] gradient per
+    lookup of the embedding table when the LM head's weight is the embedding's (the two gradients are
+    summed before the one tensor takes them), two when the head has its own weight."""
+    for r in _rows(t.con, "accumulate_grads", job=t.job):
+        lookups, grads = int(r["lookups"] or 0), int(r["vocab_grads"] or 0)
+        if not lookups or r["width"] != t.hidden or grads not in (lookups, 2 * lookups):
+            continue
+        tied = grads == lookups
+        how = (
+            f"{grads} [{r['vocab_rows']}, {r['width']}] gradient accumulations for {lookups} "
+            f"lookups of that table: the LM head {'shares' if tied else 'has'} "
+            f"{'the embedding' if tied else 'its own'} weight"
+        )
+        f.set("tied_embeddings", tied, C["accumulated_grads"], how)
+        return
+    f.default("tied_embeddings", False, "no [vocab, hidden] gradient accumulation to count")
 
 
 def _ffn(t: _Trace, f: _Fields) -> None:

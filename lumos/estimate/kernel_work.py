@@ -93,13 +93,14 @@ def named_sizes(cfg: ModelConfig) -> dict[str, float]:
     tokens = cfg.micro_batch * cfg.seq
     tp = cfg.tp
     h, f, v = cfg.hidden, cfg.ffn_size / tp, max(cfg.vocab, 0) / cfg.vocab_tp
-    hd = cfg.head_dim
+    hd = cfg.head_size
     heads = cfg.heads // tp
     kv = max(cfg.kv_heads_n // tp, 1) * hd
     q = heads * hd
     return {
         "tokens": tokens,
         "tok_h": tokens * h,
+        "tok_q": tokens * q,  # queries and the attention's output (tokens x hidden unless head_dim)
         "tok_h_half": tokens * q / 2,  # rotary embedding's halves of the queries
         "tok_kv": tokens * kv,
         "tok_kv_half": tokens * kv / 2,

@@ -36,8 +36,9 @@ def params_per_layer(cfg: ModelConfig, tp: int = 1) -> int:
     mlp_mats = 3 if cfg.gated_mlp else 2
     # Q and out weights, Q bias and the MLP split over tp; K and V (weights and biases) are the
     # rank's key/value heads: h wide without grouped-query attention, at least one head a rank
-    split = (2 * h * h + h + mlp_mats * h * f + (0 if cfg.gated_mlp else f)) // tp
-    split += 2 * (h + 1) * (cfg.qkv_width(tp) - cfg.hidden // tp) // 2
+    q = cfg.q_width()
+    split = (2 * h * q + q + mlp_mats * h * f + (0 if cfg.gated_mlp else f)) // tp
+    split += (h + 1) * (cfg.qkv_width(tp) - cfg.q_width(tp))
     replicated = h + (0 if cfg.gated_mlp else h) + 4 * h  # row-parallel biases, two norms
     return split + replicated
 
@@ -65,14 +66,17 @@ def embedding_params(cfg: ModelConfig, tp: int = 1) -> int:
     return _vocab_rows(cfg, tp) * cfg.hidden + cfg.seq * cfg.hidden
 
 
-def head_params(cfg: ModelConfig, tp: int = 1) -> int:
-    """Final norm and LM head held by one of `tp` ranks."""
-    return 2 * cfg.hidden + _vocab_rows(cfg, tp) * cfg.hidden
+def head_params(cfg: ModelConfig, tp: int = 1, *, with_embedding: bool = False) -> int:
+    """Final norm and LM head held by one of `tp` ranks; a head tied to the token embedding
+    held on the same rank (`with_embedding`) has no weight of its own."""
+    tied = cfg.tied_embeddings and with_embedding
+    return 2 * cfg.hidden + (0 if tied else _vocab_rows(cfg, tp) * cfg.hidden)
 
 
 def model_params(cfg: ModelConfig) -> int:
     """Parameters of the whole (unsharded) model."""
-    return cfg.layers * params_per_layer(cfg) + embedding_params(cfg) + head_params(cfg)
+    head = head_params(cfg, with_embedding=True)
+    return cfg.layers * params_per_layer(cfg) + embedding_params(cfg) + head
 
 
 def stage_layers(layers: int, pp: int) -> list[int]:
@@ -115,15 +119,15 @@ def autocast_layer_activation_bytes(cfg: ModelConfig) -> int:
     docstring), on one tensor-parallel rank, without recomputation."""
     s, b, h, t, w = cfg.seq, cfg.micro_batch, cfg.hidden, cfg.tp, cfg.dtype_bytes
     tok, f = s * b, cfg.ffn_size
-    kv = cfg.kv_heads_n * cfg.head_dim
+    kv, q = cfg.kv_heads_n * cfg.head_size, cfg.q_width()
     norms = 2 * (4 + (4 if cfg.unfused_norm else 0)) * tok * h
     if cfg.fused_qkv:
-        proj = w * tok * h + w * tok * (h + 2 * kv)
+        proj = w * tok * h + w * tok * (q + 2 * kv)
         v = 0  # a view of the fused output
     else:
         proj = 3 * w * tok * h
         v = w * tok * kv
-    attn = proj + w * tok * (h + kv) + v + w * tok * h
+    attn = proj + w * tok * (q + kv) + v + w * tok * q
     if not (cfg.flash_attention or cfg.recompute == "selective"):
         attn += 5 * cfg.heads * s * s * b
     if cfg.gated_mlp:
@@ -256,7 +260,7 @@ def estimate_memory(cfg: ModelConfig, device_memory: int | None = None) -> Memor
         if i == 0:
             params += embedding_params(cfg, t)
         if i == cfg.pp - 1:
-            params += head_params(cfg, t)
+            params += head_params(cfg, t, with_embedding=i == 0)
         held = in_flight(cfg, i)
         if cfg.autocast:
             p_b, g_b, o_b, a_b = _autocast_stage(cfg, i, n_layers, params, held)

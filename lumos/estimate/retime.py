@@ -36,12 +36,13 @@ def features(cfg: ModelConfig, stage_params: float | None = None) -> np.ndarray:
     v = float(max(cfg.vocab, 1)) / cfg.vocab_tp
     gated = 2.0 if cfg.gated_mlp else 1.0
     out = np.ones(len(ROLES))
-    out[ROLE["gemm_qkv"]] = t * h * 3 * h / tp
-    out[ROLE["gemm_out"]] = t * h * h / tp
+    q = float(cfg.q_width(cfg.tp))  # one rank's query heads x their head size
+    out[ROLE["gemm_qkv"]] = t * h * cfg.qkv_width(cfg.tp)  # K and V narrower under GQA
+    out[ROLE["gemm_out"]] = t * q * h
     out[ROLE["gemm_up"]] = gated * t * h * f / tp
     out[ROLE["gemm_down"]] = t * f * h / tp
     out[ROLE["gemm_head"]] = t * h * v
-    out[ROLE["attn"]] = cfg.micro_batch * float(cfg.seq) ** 2 * h / tp
+    out[ROLE["attn"]] = cfg.micro_batch * float(cfg.seq) ** 2 * q
     out[ROLE["tok_h"]] = t * h
     out[ROLE["tok_f"]] = t * f / tp
     out[ROLE["tok_v"]] = t * v
@@ -64,7 +65,7 @@ def stage_param_counts(cfg: ModelConfig) -> list[float]:
     per_layer = params_per_layer(cfg, cfg.tp)
     counts = [float(n * per_layer) for n in stage_layers(cfg.layers, cfg.pp)]
     counts[0] += embedding_params(cfg, cfg.tp)
-    counts[-1] += head_params(cfg, cfg.tp)
+    counts[-1] += head_params(cfg, cfg.tp, with_embedding=cfg.pp == 1)
     return counts
 
 
@@ -75,7 +76,7 @@ def stage_tensor_counts(cfg: ModelConfig) -> list[float]:
     per_layer = tensors_per_layer(cfg)
     counts = [float(n * per_layer) for n in stage_layers(cfg.layers, cfg.pp)]
     counts[0] += EMBEDDING_TENSORS
-    counts[-1] += HEAD_TENSORS
+    counts[-1] += HEAD_TENSORS - (1 if cfg.tied_embeddings and cfg.pp == 1 else 0)
     return counts
 
 

@@ -92,8 +92,9 @@ def tokens_per_step(cfg: ModelConfig) -> int:
 def matmul_params(cfg: ModelConfig) -> int:
     """N of 6 N: the parameters of the model's matrix multiplies (layers' and the LM head's)."""
     h = cfg.hidden
-    kv = cfg.kv_heads_n * cfg.head_dim
-    attn = h * (h + 2 * kv) + h * h
+    kv = cfg.kv_heads_n * cfg.head_size
+    q = cfg.q_width()
+    attn = h * (q + 2 * kv) + q * h
     mlp = (3 if cfg.gated_mlp else 2) * h * cfg.ffn_size
     return cfg.layers * (attn + mlp) + cfg.vocab * h
 
