@@ -325,6 +325,35 @@ def test_grouped_query_attention_narrows_the_qkv_work(gpu_wh, base):
     assert work < same
 
 
+def test_a_stated_head_size_widens_the_attention_projections(base):
+    """head_dim 128 with llama_base's 16 heads (Qwen3's and Gemma's way: 16 x 128 = 2048 wide
+    attention on a 1024 residual): the Q/K/V and output projections and the attention do twice
+    the work, the MLP's and LM head's GEMMs none more; 8 heads x 128 is the base's width again."""
+    from lumos.estimate.gpu_estimate import GpuModel
+    from lumos.estimate.kernel_work import KClass
+    from lumos.estimate.template import ROLE
+
+    step, cfg = base
+    model = GpuModel(step, cfg)
+    ed, _ = model.graph(model.structure(cfg))
+    role, gemm = step.role[ed.base], step.k_class[ed.base] == int(KClass.GEMM)
+
+    def work(c, roles):  # noqa: ANN001, ANN202
+        m = np.isin(role, [ROLE[r] for r in roles]) & step.is_gpu[ed.base]
+        return model.durations(ed, c, model.event_ns)[m].sum()
+
+    wide = replace(cfg, head_dim=128)
+    attn_proj = ("gemm_qkv", "gemm_out")
+    ratio = work(wide, attn_proj) / work(cfg, attn_proj)
+    assert 1.6 < ratio <= 2.0  # twice the FLOPs above each GEMM's fixed part
+    assert work(wide, ("attn",)) / work(cfg, ("attn",)) > 1.5
+    mlp = ("gemm_up", "gemm_down", "gemm_head")
+    assert work(wide, mlp) == pytest.approx(work(cfg, mlp), rel=1e-6)
+    same = replace(cfg, heads=8, kv_heads=8, head_dim=128)
+    assert work(same, attn_proj) == pytest.approx(work(cfg, attn_proj), rel=0.01)
+    assert gemm.any()
+
+
 def test_recompute_costs_the_checkpointed_forward_more_cpu(base):
     from lumos.estimate.gpu_edit import Piece
     from lumos.estimate.gpu_estimate import CHECKPOINT_FORWARD_CPU, GpuModel
