@@ -28,6 +28,7 @@ __all__ = [
     "comm_part",
     "install",
     "is_attention",
+    "is_attention_pass",
     "is_comm",
     "is_comm_kernel",
     "is_gemm",
@@ -147,6 +148,14 @@ CLASS_RULES: tuple[tuple[OpClass, tuple[Rule, ...]], ...] = (
     ),
 )
 
+# Kernels of a fused attention that pass once over its [batch, seq, heads, head size] tensors (the
+# backward's dO·O pre-pass and its dQ/dK/dV conversions, in cuDNN's, FlashAttention 2's and 3's
+# names): their time follows the tokens, not the scores' seq², unlike the attention's own kernels.
+ATTENTION_PASS_RULES = tuple(
+    Rule("word", w)
+    for w in ("dot_do_o", "convert_dq", "convert_dkv", "bwd_preprocess", "bwd_postprocess")
+)
+
 # A copy between two GPUs (`Memcpy PtoP (Device -> Device)`): communication when it is a copy task.
 PEER_COPY_RULES = (Rule("word", "ptop"), Rule("word", "peer"))
 
@@ -227,6 +236,11 @@ def is_megatron_sp(name: str | None) -> bool:
     return bool(name) and any(_match(r, name, _folded(name)) for r in MEGATRON_SP_RULES)
 
 
+def is_attention_pass(name: str | None) -> bool:
+    """A fused attention's kernel that passes once over its tensors (`ATTENTION_PASS_RULES`)."""
+    return bool(name) and any(_match(r, name, _folded(name)) for r in ATTENTION_PASS_RULES)
+
+
 def is_peer_copy(name: str | None) -> bool:
     """A GPU copy between devices, by its name (the caller checks that the task is a copy)."""
     return bool(name) and any(_match(r, name, _folded(name)) for r in PEER_COPY_RULES)
@@ -275,6 +289,7 @@ def macros_sql(temp: bool = True) -> str:
         f"is_norm(n) AS op_class(n) = {_sql_str(OpClass.NORM)}",
         f"is_optimizer(n) AS op_class(n) = {_sql_str(OpClass.OPTIMIZER)}",
         f"is_peer_copy(n) AS coalesce({_sql_any(PEER_COPY_RULES)}, false)",
+        f"is_attention_pass(n) AS coalesce({_sql_any(ATTENTION_PASS_RULES)}, false)",
         f"is_megatron(n) AS coalesce({_sql_any(MEGATRON_RULES)}, false)",
         f"is_megatron_sp(n) AS coalesce({_sql_any(MEGATRON_SP_RULES)}, false)",
     ]

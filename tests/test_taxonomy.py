@@ -40,7 +40,8 @@ def test_sql_and_python_agree_on_every_name(names_wh: Warehouse) -> None:
     rows = names_wh.arrow(
         "SELECT name, comm_part(name) AS part, op_class(name) AS cls, is_comm(name) AS comm, "
         "is_comm_kernel(name) AS kernel, is_peer_copy(name) AS peer, is_attention(name) AS att, "
-        "is_megatron(name) AS megatron, is_megatron_sp(name) AS megatron_sp "
+        "is_megatron(name) AS megatron, is_megatron_sp(name) AS megatron_sp, "
+        "is_attention_pass(name) AS att_pass "
         "FROM (SELECT DISTINCT name FROM events WHERE name IS NOT NULL)"
     ).to_pylist()
     assert len(rows) > 500
@@ -49,7 +50,17 @@ def test_sql_and_python_agree_on_every_name(names_wh: Warehouse) -> None:
         part = taxonomy.comm_part(n)
         got = tuple(
             r[k]
-            for k in ("part", "cls", "comm", "kernel", "peer", "att", "megatron", "megatron_sp")
+            for k in (
+                "part",
+                "cls",
+                "comm",
+                "kernel",
+                "peer",
+                "att",
+                "megatron",
+                "megatron_sp",
+                "att_pass",
+            )  # fmt: skip
         )
         want = (
             None if part is None else str(part),
@@ -60,6 +71,7 @@ def test_sql_and_python_agree_on_every_name(names_wh: Warehouse) -> None:
             taxonomy.is_attention(n),
             taxonomy.is_megatron(n),
             taxonomy.is_megatron_sp(n),
+            taxonomy.is_attention_pass(n),
         )
         assert got == want, n
     megatron = {r["name"] for r in rows if r["megatron"]}

@@ -84,7 +84,7 @@ from warehouse.location import local_warehouse
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or calibration files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 47
+CACHE_FORMAT = 49
 # the cache folder of a single-GPU base's step graph
 GPU_STEP_DIR = "gpu_step"
 # what the GPU graph edits keep as the base has it (they add no collectives yet)

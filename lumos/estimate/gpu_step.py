@@ -28,6 +28,7 @@ from kernels.graph import Kind
 from lumos.estimate.kernel_work import KClass, gemm_flops, kernel_class, largest_elems
 from lumos.estimate.template import BLOCK, ShapeRoles, TemplateError, label_step
 from lumos.replay.constants import DeviceConstants
+from lumos_sql.taxonomy import is_attention_pass
 from warehouse.catalog import connect as catalog_connect
 
 __all__ = ["GpuStep", "GpuStepError", "load_gpu_step", "step_from_tables"]
@@ -301,9 +302,12 @@ def _kernel_work(
     op = np.full(n, -1, np.int64)
     keys: dict[int, int] = {}
     corr = _int(t, "correlation", -1)
+    kernels = t.column("name").to_pylist()
     for i in np.flatnonzero(gpu):
         name, dims, key = launch_ops.get(int(corr[i]), (None, None, None))
         c = kernel_class(name)
+        if c == KClass.ATTENTION and is_attention_pass(kernels[i]):
+            c = KClass.OTHER  # one pass over the operator's tensors: their size, not seq²
         k_class[i] = int(c)
         if c == KClass.GEMM and name is not None:
             flops[i] = gemm_flops(name, dims)

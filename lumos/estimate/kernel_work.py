@@ -82,8 +82,16 @@ def gemm_flops(op_name: str, input_dims: Any) -> float:
 
 
 def largest_elems(input_dims: Any) -> int:
-    """Elements of the operator's largest input tensor (0 when none is recorded)."""
-    return max((math.prod(s) for s in _shapes(input_dims)), default=0)
+    """Elements of the operator's largest input tensor, a tensor list's (`aten::cat`'s) included
+    (0 when none is recorded)."""
+    if isinstance(input_dims, str):
+        try:
+            input_dims = json.loads(input_dims)
+        except ValueError:
+            return 0
+    lists = [s for s in input_dims or () if isinstance(s, list) and s and isinstance(s[0], list)]
+    shapes = _shapes(input_dims) + [t for ts in lists for t in _shapes(ts)]
+    return max((math.prod(s) for s in shapes), default=0)
 
 
 def named_sizes(cfg: ModelConfig) -> dict[str, float]:
