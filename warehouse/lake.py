@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 
 from warehouse.layout import Layout
+from warehouse.location import WarehouseLocationError
 from warehouse.manifest import Manifest, _keep_latest, _rows, read_manifest
 from warehouse.schema import TRACES
 
@@ -28,7 +29,7 @@ REMOTE_SCHEMES = ("s3",)
 _AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 
-class LakeError(Exception):
+class LakeError(WarehouseLocationError):
     """A warehouse URI or table the lake refuses; the message names the URI and the problem."""
 
 
@@ -135,21 +136,23 @@ class LakeManifest:
 
 
 def import_manifest(layout: Layout, lake: LakeManifest) -> int:
-    """Copy a local warehouse's manifest (its latest rows) into `lake` as one commit, then check
-    that the lake reads back the same (job, sha256, status, n_events, events_file) set; returns
-    the rows copied. The events and trace_meta files are not moved (issue 38, item 4)."""
+    """Append a local warehouse's manifest (its latest rows) to `lake` as one commit, only the
+    rows the lake's latest rows lack (a second import commits nothing), then check that the lake
+    reads back every (job, sha256, status, n_events, events_file) of the local one; returns the
+    rows appended. The data files are copied before by `warehouse.migrate`."""
     rows = read_manifest(layout).rows
     lake.ensure()
     before = {_key(r) for r in lake.read().rows}
-    lake.append(rows)
+    new = [r for r in rows if _key(r) not in before]
+    lake.append(new)
     got = {_key(r) for r in lake.read().rows}
     missing = {_key(r) for r in rows} - got
-    if missing or len(got) != len(before | {_key(r) for r in rows}):
+    if missing:
         raise LakeError(
             f"{lake.table_uri}: the copy of {layout.root}'s manifest reads back differently "
             f"({len(missing)} rows missing, {len(got)} read)"
         )
-    return len(rows)
+    return len(new)
 
 
 def _key(row: dict) -> tuple:
