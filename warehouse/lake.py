@@ -73,6 +73,13 @@ class LakeManifest:
             raise LakeError(f"{uri}: not an object-storage warehouse (expected s3://bucket/prefix)")
         if not parsed.netloc:
             raise LakeError(f"{uri}: no bucket (expected s3://bucket/prefix)")
+        import importlib.util
+
+        if importlib.util.find_spec("deltalake") is None:
+            raise LakeError(
+                f"{uri}: a warehouse on S3 needs deltalake, which is not installed "
+                "(pip install 'lumos[lake]')"
+            )
         return cls(uri.rstrip("/"), storage_options(env))
 
     @property
