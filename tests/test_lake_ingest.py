@@ -89,8 +89,12 @@ def test_sql_and_status_on_s3_answer_as_the_local_warehouse(
     assert "9 file(s): 9 ingested" not in res.stdout and "8 ingested" not in res.stdout
     assert "10 file(s): 9 ingested, 0 unchanged, 1 refused" in res.stdout, res.stdout
 
-    again = lumos("ingest", *inputs, "--warehouse", uri, "-q", env={**s3_env, **{}})
+    from warehouse.lake import LakeManifest
+
+    version = LakeManifest.at(uri, s3_env).version()
+    again = lumos("ingest", *inputs, "--warehouse", uri, "-q", env=s3_env)
     assert "10 file(s): 0 ingested, 9 unchanged, 1 refused" in again.stdout, again.stdout
+    assert LakeManifest.at(uri, s3_env).version() == version  # a no-op: no commit
 
     theirs = _answers(uri, s3_env)
     assert theirs == local_answers
@@ -199,3 +203,34 @@ def test_migrate_copies_a_local_warehouse_with_nothing_lost(
 
     res = lumos("migrate", "--from", str(local_wh.parent / "none"), "--to", uri, env=s3_env)
     assert res.returncode == 2 and "no lumos warehouse here" in res.stderr
+
+
+def test_windows_and_held_ranks_are_placed_on_s3_as_on_a_local_warehouse(
+    s3_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decisions that read the warehouse's files (a later profiling window, found by the
+    steps of the rank's file already in; a rank held by other content) read them from S3."""
+    import json
+
+    from tests.test_windows import _windows, _write
+    from warehouse.ingest import RANK_HELD, ingest
+
+    folder = tmp_path / "ddp"
+    folder.mkdir()
+    files = {(r, w): _write(folder, r, w, c) for r in (0, 1) for w, c in enumerate(_windows(r))}
+    edited = json.loads(files[(0, 1)].read_text())
+    edited["traceEvents"] = edited["traceEvents"][:-1]
+    other = tmp_path / "edited.pt.trace.json"
+    other.write_text(json.dumps(edited))
+    for k, v in s3_env.items():
+        monkeypatch.setenv(k, v)
+    answers = []
+    for wh in (tmp_path / "wh", f"s3://{s3_env['BUCKET']}/windows"):
+        # the later window arrives first: the earlier one is placed by reading its steps
+        assert not ingest([files[(0, 1)], files[(1, 1)]], warehouse=wh, job="ddp").refused
+        report = ingest([files[(0, 0)], files[(1, 0)]], warehouse=wh, job="ddp")
+        assert {f.job for f in report.files} == {"ddp/steps-2"}
+        report = ingest([other], warehouse=wh, job="ddp")
+        assert len(report.refused) == 1 and RANK_HELD in report.refused[0].error
+        answers.append(_answers(wh, {}))
+    assert answers[0] == answers[1]
