@@ -8,7 +8,8 @@ local warehouse and a fresh prefix of moto's S3 server on 127.0.0.1, --repeats t
 medians, events/s and the S3/local ratio. (b) Per-commit overhead: a warehouse whose manifest
 already holds N rows (one bulk append of synthetic rows of `TRACES`: the local manifest as one
 part, the Delta table as one commit), then --commits ingests of one real trace file each (one
-commit each); the median wall of such an ingest, local and S3. Numba is warmed first, in-process.
+commit each); the median wall of such an ingest, local and S3. (c) Opening a connection and one
+query over every event, local and S3. Numba is warmed first, in-process.
 Defaults take ~1.5 minutes on 2 shared cores.
 """
 
@@ -76,9 +77,11 @@ def throughput(repeats: int, scratch: Path) -> None:
     paths = _inputs()
     print(f"(a) ingest of {', '.join(p.name for p in paths)}")
     results: dict[str, list[tuple[float, int, int]]] = {"local": [], "S3": []}
+    where_to = {"local": scratch / "local-0", "S3": ""}
     for i in range(repeats):
         results["local"].append(_timed(paths, scratch / f"local-{i}"))
-        results["S3"].append(_timed(paths, f"s3://{BUCKET}/tp-{uuid.uuid4().hex[:8]}"))
+        where_to["S3"] = f"s3://{BUCKET}/tp-{uuid.uuid4().hex[:8]}"
+        results["S3"].append(_timed(paths, where_to["S3"]))
     medians = {}
     for where, runs in results.items():
         wall = statistics.median(r[0] for r in runs)
@@ -89,6 +92,27 @@ def throughput(repeats: int, scratch: Path) -> None:
             f"{events / wall:>9,.0f} events/s  {nbytes / wall / 1e6:5.2f} MB/s  "
             f"{events:,} events, {nbytes / 1e6:.1f} MB"
         )
+    print(f"  S3 / local: {medians['S3'] / medians['local']:.2f}x")
+    query(where_to, repeats)
+
+
+def query(where_to: dict[str, str | Path], repeats: int) -> None:
+    """(c) A connection opened (the snapshot pinned, the views made) and one query over every
+    event (per rank: count and time span), as `Warehouse.arrow` does for each query."""
+    from lumos.api import Warehouse
+
+    sql = "select job, rank, count(*), max(ts_ns) - min(ts_ns) from events group by all"
+    print(f"(c) open + one query over all events: {sql}")
+    medians = {}
+    for where, wh in where_to.items():
+        handle = Warehouse.open(wh, object_store=True)
+        walls = []
+        for _ in range(max(repeats, 5)):
+            t0 = time.perf_counter()
+            handle.arrow(sql)
+            walls.append(time.perf_counter() - t0)
+        medians[where] = statistics.median(walls)
+        print(f"  {where:<6} median {1e3 * medians[where]:6.0f} ms")
     print(f"  S3 / local: {medians['S3'] / medians['local']:.2f}x")
 
 
