@@ -14,7 +14,6 @@ and any number of processes can query while an ingest runs.
 from __future__ import annotations
 
 import lumos_sql
-from warehouse.catalog import connect as catalog_connect
 from warehouse.handle import WarehouseHandle, WarehouseNotFound, to_pandas
 
 __all__ = ["Warehouse", "WarehouseNotFound", "to_pandas"]
@@ -27,13 +26,17 @@ class Warehouse(WarehouseHandle):
         """What the warehouse holds: per-job summary (with where its replay stands), refused
         files, totals."""
 
-        from lumos.replay.fleet import replay_states
+        from lumos.replay.fleet import job_inputs, replay_states
 
         jobs = self.sql(lumos_sql.load("status/jobs"))
         refused = self.sql(lumos_sql.load("status/refused"))
-        con = catalog_connect(str(self.catalog))
+        con = self.connect()
         try:
-            states = replay_states(con, self.root)
+            # replay does not write to an S3 warehouse yet: none of its jobs was replayed
+            if self.remote:
+                states = dict.fromkeys(job_inputs(con), "none")
+            else:
+                states = replay_states(con, self.root)
         finally:
             con.close()
         # where each job's replay stands (lumos replay skips the "ok" and "failed" ones; "-": no

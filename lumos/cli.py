@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "lumos.commands.ingest",
     "lumos.commands.sql",
     "lumos.commands.status",
+    "lumos.commands.migrate",
     "lumos.commands.groundtruth",
     "lumos.commands.opbench",
     "lumos.commands.opmodel",

@@ -6,7 +6,9 @@ Tests that need `../shared` skip with a reason on a fresh clone that lacks it, e
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,53 @@ def examples() -> Path:
 @pytest.fixture()
 def warehouse_dir(tmp_path: Path) -> Path:
     return tmp_path / "wh"
+
+
+# A local S3 server for the tests of an S3 warehouse (tests/test_lake*.py): moto's server mode on
+# 127.0.0.1, a real HTTP server speaking S3 (conditional puts included).
+
+
+def _need_module(module: str) -> None:
+    if importlib.util.find_spec(module) is not None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{module} is not installed: CI installs it with the dev extra")
+    pytest.skip(f"{module} not installed (pip install -e '.[dev]')")
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> str:
+    _need_module("deltalake")
+    _need_module("moto")
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server: str) -> dict[str, str]:
+    """The standard AWS variables for a fresh bucket on the local server."""
+    import boto3
+
+    env = {
+        "AWS_ENDPOINT_URL": s3_server,
+        "AWS_ACCESS_KEY_ID": "lumos-test",
+        "AWS_SECRET_ACCESS_KEY": "lumos-test",
+        "AWS_REGION": "us-east-1",
+        "BUCKET": f"lumos-{uuid.uuid4().hex[:12]}",
+    }
+    boto3.client(
+        "s3",
+        endpoint_url=s3_server,
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_REGION"],
+    ).create_bucket(Bucket=env["BUCKET"])
+    return env

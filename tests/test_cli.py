@@ -140,13 +140,16 @@ def test_status(dlrm_wh) -> None:
 
 def test_a_warehouse_uri_is_refused_not_made_a_local_folder(examples: Path, tmp_path: Path) -> None:
     """`--warehouse s3://bucket/wh` (or $LUMOS_WAREHOUSE) became a local folder `s3:/bucket/wh`
-    that took the ingest: a URI is refused by name, exit 2, nothing written; `file://` is the
-    local path it names."""
+    that took the ingest: a command that cannot work on S3 refuses it by name, and any other
+    URI scheme is refused, exit 2, nothing written; `file://` is the local path it names (the
+    commands that take s3://: tests/test_lake_ingest.py)."""
     good = examples / "dlrm_8rank" / "worker3_step_12.1694128201557.pt.trace.json.gz"
-    res = lumos("ingest", str(good), "--warehouse", "s3://bucket/wh", cwd=tmp_path)
+    res = lumos("replay", "--warehouse", "s3://bucket/wh", cwd=tmp_path)
     assert res.returncode == 2
-    assert "s3://bucket/wh: a warehouse is a local directory" in res.stderr
+    assert "s3://bucket/wh: this command needs a local warehouse directory" in res.stderr
     res = lumos("status", env={"LUMOS_WAREHOUSE": "gs://b/wh"}, cwd=tmp_path)
+    assert res.returncode == 2 and "gs://b/wh: a warehouse is a local directory" in res.stderr
+    res = lumos("ingest", str(good), "--warehouse", "gs://b/wh", cwd=tmp_path)
     assert res.returncode == 2 and "gs://b/wh: a warehouse is a local directory" in res.stderr
     assert list(tmp_path.iterdir()) == []
     res = lumos("ingest", str(good), "--warehouse", f"file://{tmp_path / 'wh'}", cwd=tmp_path)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from warehouse.catalog import connect as catalog_connect
 from warehouse.layout import Layout
+from warehouse.location import WarehouseLocationError, local_warehouse, warehouse_location
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,23 +49,39 @@ def to_pandas(table: pa.Table) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class WarehouseHandle:
-    """An opened warehouse: its root, its catalog, queries and ingests (`lumos.api.Warehouse`
-    adds what reads the replay's state)."""
+    """An opened warehouse: its root (a directory, or an `s3://` URI: `remote`), its catalog,
+    queries and ingests (`lumos.api.Warehouse` adds what reads the replay's state)."""
 
-    root: Path
+    root: Path | str
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str] | None = None, *, create: bool = False
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        create: bool = False,
+        object_store: bool = False,
     ) -> WarehouseHandle:
         """Open the warehouse at `path` (default `$LUMOS_WAREHOUSE`, else `./lumos_warehouse`).
 
         Raises WarehouseNotFound unless it exists or `create` is set. Rebuilds the catalog when it
-        is missing or was built for another location (the warehouse was moved).
+        is missing or was built for another location (the warehouse was moved). An `s3://`
+        warehouse only where the caller can work on one (`object_store`); otherwise it raises
+        `WarehouseLocationError` naming the commands that can.
         """
         from warehouse.catalog import build_catalog, catalog_is_current
 
-        layout = Layout.at(path)
+        location = warehouse_location(path) if object_store else local_warehouse(path)
+        if isinstance(location, str):
+            from warehouse import lake_catalog
+
+            if not create and not lake_catalog.exists(location):
+                raise WarehouseNotFound(
+                    f"{location}: no lumos warehouse here (no manifest table; run `lumos ingest "
+                    f"PATH... --warehouse {location}` first)"
+                )
+            return cls(location)
+        layout = Layout(location)
         if not layout.exists():
             if not create:
                 raise WarehouseNotFound(
@@ -76,15 +93,38 @@ class WarehouseHandle:
         return cls(layout.root)
 
     @property
+    def remote(self) -> bool:
+        """Whether the warehouse is on object storage (its root an `s3://` URI)."""
+        return isinstance(self.root, str)
+
+    @property
     def catalog(self) -> Path:
+        if self.remote:
+            raise WarehouseLocationError(
+                f"{self.root}: an S3 warehouse has no catalog file (its views are made by each "
+                "connection: WarehouseHandle.connect)"
+            )
         return Layout(self.root).catalog_path
+
+    def connect(self, *, locked: bool = False):  # noqa: ANN201 (duckdb is imported lazily)
+        """A connection to the catalog's views, reading one snapshot of the warehouse;
+        `locked`: it reads nothing else and cannot be reconfigured (`lumos sql`)."""
+        if self.remote:
+            from warehouse import lake_catalog
+
+            return lake_catalog.connect(str(self.root), locked=locked)
+        if locked:
+            from warehouse.catalog import connect_read_only
+
+            return connect_read_only(self.root)
+        return catalog_connect(str(self.catalog))
 
     def arrow(self, query: str, params: dict[str, object] | None = None) -> pa.Table:
         """Run a query on the catalog's views; the result as an Arrow table.
 
         `params` fills DuckDB's `$name` placeholders (values, never spliced into the text)."""
 
-        con = catalog_connect(str(self.catalog))
+        con = self.connect()
         try:
             return con.sql(query, params=params or None).to_arrow_table()
         finally:

@@ -11,6 +11,7 @@ docs/warehouse.md, "Module notes".
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -22,6 +23,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -39,13 +41,31 @@ from warehouse.jobs import (
     resolve_job,
     resolve_rank,
 )
-from warehouse.layout import PARQUET_COMPRESSION, Layout, fsync_path
+from warehouse.layout import (
+    PARQUET_COMPRESSION,
+    Layout,
+    events_relative,
+    fsync_path,
+    trace_meta_relative,
+)
+from warehouse.location import warehouse_location
 from warehouse.manifest import Manifest, append_rows, commit_lock, compact, read_manifest
 from warehouse.readers.columns import POOL
 from warehouse.readers.source import HashedFile
 from warehouse.schema import EVENT_FILE, TRACE_META
 
-__all__ = ["FileOutcome", "IngestProgress", "IngestReport", "ingest"]
+if TYPE_CHECKING:
+    from warehouse.lake_ingest import LakeStore
+
+__all__ = [
+    "FileOutcome",
+    "IngestProgress",
+    "IngestReport",
+    "LocalStore",
+    "Placement",
+    "decide",
+    "ingest",
+]
 
 ROW_GROUP_ROWS = 1_000_000
 # A row group is flushed early when its buffered batches pass this size: bounds memory on traces
@@ -120,7 +140,7 @@ class FileOutcome:
 
 @dataclass
 class IngestReport:
-    warehouse: Path
+    warehouse: Path | str  # a directory, or an s3:// URI
     files: list[FileOutcome] = field(default_factory=list)
     jobs: dict[str, str] = field(default_factory=dict)  # job -> how its name was chosen
     # arguments that held nothing to ingest while others did: (path, why)
@@ -590,6 +610,126 @@ def _manifest_row(
     return row
 
 
+@dataclass(frozen=True)
+class Placement:
+    """A staged trace a commit makes visible: its (job, rank, sha256), its staged files and
+    where they go, relative to the warehouse (a folder or an S3 prefix)."""
+
+    job: str
+    rank: int
+    sha256: str
+    events_tmp: str
+    meta_tmp: str
+    events_file: str
+    meta_file: str
+
+
+def decide(
+    batch: list[tuple[_Task, int, _Staged]],
+    manifest: Manifest,
+    outcomes: dict[int, FileOutcome],
+    events_path: Callable[[str], str | Path],
+) -> tuple[list[dict], list[Placement]]:
+    """What a commit of `batch` does against `manifest` (the latest rows): the outcome of each
+    file (into `outcomes`), the manifest rows to append and the staged files to place. Shared
+    by the local commit and the S3 one (`warehouse.lake_ingest`); `events_path` turns a row's
+    `events_file` into a path `windows.profiler_steps` can read."""
+    rows: list[dict] = []
+    placed: list[Placement] = []
+    pending: dict[str, str] = {}  # events_file of a row of this batch -> its staged file
+    in_batch: dict[tuple[str, str], dict] = {}
+    # job -> rank -> the ok row holding it (a job's rows at hand for the window check)
+    holders: dict[str, dict[int, dict]] = {}
+    for (j, r), row in manifest.ok_by_rank.items():
+        holders.setdefault(j, {})[r] = row
+    for task, size, staged in batch:
+        planned = task.planned
+        sha = staged.sha256
+        job = staged.job
+        prev = in_batch.get((job, sha)) or manifest.get(job, sha)
+        window_note = None
+        if staged.error is None and (prev is None or prev["status"] != "ok"):
+            job, window_note = _window(events_path, staged, holders.get(staged.job, {}), pending)
+            if job != staged.job:
+                prev = in_batch.get((job, sha)) or manifest.get(job, sha)
+                if prev is None or prev["status"] != "ok":
+                    _restamp(staged.events_tmp, job, staged.rank)
+                    _restamp_meta(staged.meta_tmp, job)
+                staged.job = job
+        outcome = FileOutcome(str(planned.path), job, staged.rank, sha, size, "refused", "refused")
+        if staged.error is None:
+            holder = holders.get(job, {}).get(staged.rank)
+            if prev is not None and prev["status"] == "ok":
+                outcome.action, outcome.status = "unchanged", "ok"
+                outcome.n_events = prev["n_events"]
+                outcome.note = f"same content already ingested from {prev['path']}"
+                outcome.rank = prev["rank"]
+                _discard(staged)
+            elif holder is not None and holder["sha256"] != sha:
+                staged.error = (
+                    f"{planned.path}: job {job!r} rank {staged.rank} {RANK_HELD} "
+                    f"{holder['path']} (sha256 {holder['sha256'][:12]}...) with different "
+                    "content; give this file another job (--job) or rank"
+                )
+                _discard(staged)
+            else:
+                events = events_relative(job, staged.rank, sha)
+                placed.append(
+                    Placement(
+                        job,
+                        staged.rank,
+                        sha,
+                        staged.events_tmp,
+                        staged.meta_tmp,
+                        events,
+                        trace_meta_relative(job, staged.rank, sha),
+                    )
+                )
+                pending[events] = staged.events_tmp
+                row = _manifest_row(
+                    job=job,
+                    rank=staged.rank,
+                    path=planned.path,
+                    sha256=sha,
+                    size=size,
+                    status="ok",
+                    error=None,
+                    n_events=staged.n_events,
+                    rank_source=staged.rank_source,
+                    events_file=events,
+                    extra=staged.manifest,
+                )
+                rows.append(row)
+                in_batch[(job, sha)] = row
+                holders.setdefault(job, {})[staged.rank] = row
+                outcome.action, outcome.status = "ingested", "ok"
+                outcome.n_events = staged.n_events
+                outcome.note = f"job from {staged.job_source}, rank from {staged.rank_source}"
+                if window_note:
+                    outcome.note += f"; {window_note}"
+        if staged.error is not None:
+            outcome.error = staged.error
+            if prev is not None and prev["status"] == "refused" and prev["error"] == staged.error:
+                outcome.action = "still refused"
+            else:
+                row = _manifest_row(
+                    job=job,
+                    rank=staged.rank,
+                    path=planned.path,
+                    sha256=sha,
+                    size=size,
+                    status="refused",
+                    error=staged.error,
+                    n_events=0,
+                    rank_source=staged.rank_source,
+                    events_file=None,
+                )
+                rows.append(row)
+                in_batch[(job, sha)] = row
+        outcomes[task.index] = outcome
+    return rows, placed
+
+
 def _commit(
     layout: Layout, batch: list[tuple[_Task, int, _Staged]], outcomes: dict[int, FileOutcome]
 ) -> None:
@@ -597,105 +737,15 @@ def _commit(
     with commit_lock(layout):
         manifest = read_manifest(layout)
         _sweep_dead_commit(layout, manifest)  # one that died since this ingest began
-        rows: list[dict] = []
-        # staged file -> its place, renamed in after the journal names the (job, rank, sha)
-        moves: list[tuple[str, Path]] = []
-        placed: list[tuple[str, int, str]] = []
-        pending: dict[str, str] = {}  # events_file of a row of this batch -> its staged file
-        in_batch: dict[tuple[str, str], dict] = {}
-        # job -> rank -> the ok row holding it (a job's rows at hand for the window check)
-        holders: dict[str, dict[int, dict]] = {}
-        for (j, r), row in manifest.ok_by_rank.items():
-            holders.setdefault(j, {})[r] = row
-        for task, size, staged in batch:
-            planned = task.planned
-            sha = staged.sha256
-            job = staged.job
-            prev = in_batch.get((job, sha)) or manifest.get(job, sha)
-            window_note = None
-            if staged.error is None and (prev is None or prev["status"] != "ok"):
-                job, window_note = _window(layout, staged, holders.get(staged.job, {}), pending)
-                if job != staged.job:
-                    prev = in_batch.get((job, sha)) or manifest.get(job, sha)
-                    if prev is None or prev["status"] != "ok":
-                        _restamp(staged.events_tmp, job, staged.rank)
-                        _restamp_meta(staged.meta_tmp, job)
-                    staged.job = job
-            outcome = FileOutcome(
-                str(planned.path), job, staged.rank, sha, size, "refused", "refused"
-            )
-            if staged.error is None:
-                holder = holders.get(job, {}).get(staged.rank)
-                if prev is not None and prev["status"] == "ok":
-                    outcome.action, outcome.status = "unchanged", "ok"
-                    outcome.n_events = prev["n_events"]
-                    outcome.note = f"same content already ingested from {prev['path']}"
-                    outcome.rank = prev["rank"]
-                    _discard(staged)
-                elif holder is not None and holder["sha256"] != sha:
-                    staged.error = (
-                        f"{planned.path}: job {job!r} rank {staged.rank} {RANK_HELD} "
-                        f"{holder['path']} (sha256 {holder['sha256'][:12]}...) with different "
-                        "content; give this file another job (--job) or rank"
-                    )
-                    _discard(staged)
-                else:
-                    events = layout.events_file(job, staged.rank, sha)
-                    meta = layout.trace_meta_file(job, staged.rank, sha)
-                    moves += [(staged.events_tmp, events), (staged.meta_tmp, meta)]
-                    placed.append((job, staged.rank, sha))
-                    pending[layout.relative(events)] = staged.events_tmp
-                    row = _manifest_row(
-                        job=job,
-                        rank=staged.rank,
-                        path=planned.path,
-                        sha256=sha,
-                        size=size,
-                        status="ok",
-                        error=None,
-                        n_events=staged.n_events,
-                        rank_source=staged.rank_source,
-                        events_file=layout.relative(events),
-                        extra=staged.manifest,
-                    )
-                    rows.append(row)
-                    in_batch[(job, sha)] = row
-                    holders.setdefault(job, {})[staged.rank] = row
-                    outcome.action, outcome.status = "ingested", "ok"
-                    outcome.n_events = staged.n_events
-                    outcome.note = f"job from {staged.job_source}, rank from {staged.rank_source}"
-                    if window_note:
-                        outcome.note += f"; {window_note}"
-            if staged.error is not None:
-                outcome.error = staged.error
-                if (
-                    prev is not None
-                    and prev["status"] == "refused"
-                    and prev["error"] == staged.error
-                ):
-                    outcome.action = "still refused"
-                else:
-                    row = _manifest_row(
-                        job=job,
-                        rank=staged.rank,
-                        path=planned.path,
-                        sha256=sha,
-                        size=size,
-                        status="refused",
-                        error=staged.error,
-                        n_events=0,
-                        rank_source=staged.rank_source,
-                        events_file=None,
-                    )
-                    rows.append(row)
-                    in_batch[(job, sha)] = row
-            outcomes[task.index] = outcome
+        rows, placed = decide(batch, manifest, outcomes, lambda rel: layout.root / rel)
         if placed:
+            moves = [(p.events_tmp, layout.root / p.events_file) for p in placed]
+            moves += [(p.meta_tmp, layout.root / p.meta_file) for p in placed]
             # the files' bytes reach the disk before the manifest row that makes them visible:
             # after a power cut an ok row never points at an incomplete file
             for src, _ in moves:
                 fsync_path(src)
-            _write_journal(layout, placed)
+            _write_journal(layout, [(p.job, p.rank, p.sha256) for p in placed])
             made: set[Path] = set()
             for src, dst in moves:
                 if not dst.parent.is_dir():
@@ -710,7 +760,10 @@ def _commit(
 
 
 def _window(
-    layout: Layout, staged: _Staged, held: dict[int, dict], pending: dict[str, str]
+    events_path: Callable[[str], str | Path],
+    staged: _Staged,
+    held: dict[int, dict],
+    pending: dict[str, str],
 ) -> tuple[str, str | None]:
     """The job a staged file goes to: its own, or a later profiling window of it
     (`warehouse.windows`), with a note saying why. `held`: rank -> ok row of its job;
@@ -727,7 +780,7 @@ def _window(
     if not mine or not other.get("events_file"):
         return job, None
     theirs = windows.profiler_steps(
-        pending.get(other["events_file"]) or layout.root / other["events_file"]
+        pending.get(other["events_file"]) or events_path(other["events_file"])
     )
     if not theirs or mine & theirs:
         return job, None
@@ -750,14 +803,16 @@ def _restamp_meta(path: str | None, job: str) -> None:
     os.replace(path + ".restamp", path)
 
 
-def _ingested_under_declared_job(layout: Layout, manifest: Manifest, sha: str) -> dict | None:
+def _ingested_under_declared_job(
+    open_file: Callable[[str], object], manifest: Manifest, sha: str
+) -> dict | None:
     """The ok row of this content if it went to the job its trace names (which wins over the
     path's job whenever --job is not given), so that re-ingesting it is recognised unparsed."""
     for row in manifest.by_sha.get(sha, []):
         if row["status"] != "ok":
             continue
-        meta = layout.trace_meta_file(row["job"], row["rank"], sha)
         try:
+            meta = open_file(trace_meta_relative(row["job"], row["rank"], sha))
             table = pq.ParquetFile(meta).read(columns=["key", "value_json"])
         except (OSError, pa.ArrowInvalid):
             continue
@@ -792,11 +847,66 @@ def _pool_size(workers: int, paths: Sequence[Path], sizes: Sequence[int]) -> int
     return max(1, min(workers, len(paths), est // POOL_BYTES_PER_WORKER))
 
 
+class LocalStore:
+    """A warehouse directory as an ingest writes it: commits under its flock, the manifest's
+    renamed parts as the commit point (`warehouse.manifest`). `warehouse.lake_ingest.LakeStore`
+    is the same for an S3 warehouse."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+
+    @property
+    def root(self) -> Path:
+        return self.layout.root
+
+    def begin(self) -> Manifest:
+        """Make the warehouse, clean what dead ingests left; the manifest as it is now."""
+        with commit_lock(self.layout):
+            self.layout.ensure()
+            _clean_stale_staging(self.layout)
+            # the plan's view of the warehouse too: a read outside the lock would be no fresher
+            # for long, and every commit checks its rows against the manifest again under it
+            manifest = read_manifest(self.layout)
+            _sweep_dead_commit(self.layout, manifest)
+        return manifest
+
+    def staging(self) -> contextlib.AbstractContextManager[Path]:
+        return _run_staging(self.layout)
+
+    def open_file(self, relative: str) -> Path:
+        return self.layout.root / relative
+
+    def commit(
+        self, batch: list[tuple[_Task, int, _Staged]], outcomes: dict[int, FileOutcome]
+    ) -> None:
+        _commit(self.layout, batch, outcomes)
+
+    def finish(self, report: IngestReport, *, build_catalog: bool) -> None:
+        """The views read globs, so new files need no rebuild: only a missing or moved catalog."""
+        from warehouse.catalog import build_catalog as _build
+        from warehouse.catalog import catalog_is_current
+
+        if build_catalog and not catalog_is_current(self.layout.root):
+            _build(self.layout.root)
+        if self.layout.catalog_path.exists():
+            report.catalog = self.layout.catalog_path
+
+
+def _store(warehouse: str | os.PathLike[str] | None) -> LocalStore | LakeStore:
+    """Where an ingest commits: the directory, or the S3 warehouse (`warehouse.lake_ingest`)."""
+    location = warehouse_location(warehouse)
+    if isinstance(location, str):
+        from warehouse.lake_ingest import LakeStore
+
+        return LakeStore.at(location)
+    return LocalStore(Layout(location))
+
+
 # ----------------------------------------------------------------------------- entry point
 
 
 def _known_files(
-    layout: Layout,
+    open_file: Callable[[str], object],
     manifest: Manifest,
     planned: list[PlannedFile],
     shas: dict[int, str],
@@ -813,7 +923,7 @@ def _known_files(
             continue
         prev = manifest.get(p.job, sha)
         if prev is None and not p.job_given:
-            prev = _ingested_under_declared_job(layout, manifest, sha)
+            prev = _ingested_under_declared_job(open_file, manifest, sha)
         if prev is None:  # a later profiling window of the job, placed at its first ingest
             prev = next(
                 (
@@ -866,16 +976,9 @@ def ingest(
         raise ValueError("--job cannot be empty")
     skipped: list[tuple[str, str]] = []
     planned = plan_inputs(list(paths), job, skipped)
-    layout = Layout.at(warehouse)
-    report = IngestReport(layout.root, skipped=skipped)
-
-    with commit_lock(layout):
-        layout.ensure()
-        _clean_stale_staging(layout)
-        # the plan's view of the warehouse too: a read outside the lock would be no fresher for
-        # long, and every commit checks its rows against the manifest again under the lock
-        manifest = read_manifest(layout)
-        _sweep_dead_commit(layout, manifest)
+    store = _store(warehouse)
+    report = IngestReport(store.root, skipped=skipped)
+    manifest = store.begin()
 
     sizes = [p.path.stat().st_size for p in planned]
     # Only a file of a size the warehouse has seen can be in it already: those are hashed first,
@@ -887,7 +990,7 @@ def ingest(
             zip(first, pool.map(sha256_file, (planned[i].path for i in first)), strict=True)
         )
 
-    outcomes, todo = _known_files(layout, manifest, planned, shas, sizes)
+    outcomes, todo = _known_files(store.open_file, manifest, planned, shas, sizes)
 
     bytes_total = sum(sizes)
     done_bytes = sum(sizes[i] for i in outcomes)
@@ -913,7 +1016,7 @@ def ingest(
 
     ready: dict[int, _Staged] = {}
     if todo:
-        with _run_staging(layout) as staging:
+        with store.staging() as staging:
             tasks = {i: _Task(i, planned[i], str(staging)) for i in todo}
             order = iter(todo)
             next_i = next(order, None)
@@ -929,7 +1032,7 @@ def ingest(
                     pending.append((tasks[next_i], sizes[next_i], ready.pop(next_i)))
                     next_i = next(order, None)
                 if pending and (force or time.monotonic() - last_commit >= COMMIT_EVERY_S):
-                    _commit(layout, pending, outcomes)
+                    store.commit(pending, outcomes)
                     pending.clear()
                     last_commit = time.monotonic()
 
@@ -967,14 +1070,6 @@ def ingest(
         else:
             source = "given" if p.job_given else "path"
         report.jobs.setdefault(o.job, source)
-    if build_catalog:
-        # The views read globs, so new files need no rebuild: only a missing or moved catalog.
-        from warehouse.catalog import build_catalog as _build
-        from warehouse.catalog import catalog_is_current
-
-        if not catalog_is_current(layout.root):
-            _build(layout.root)
-    if layout.catalog_path.exists():
-        report.catalog = layout.catalog_path
+    store.finish(report, build_catalog=build_catalog)
     report.seconds = time.perf_counter() - t0
     return report

@@ -33,8 +33,10 @@ __all__ = [
     "Layout",
     "decode_job",
     "encode_job",
+    "events_relative",
     "find_trace_files",
     "is_trace_file",
+    "trace_meta_relative",
     "write_parquet_atomic",
 ]
 
@@ -241,6 +243,16 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def events_relative(job: str, rank: int, sha256: str) -> str:
+    """Where a trace's events file lives, relative to the warehouse (a folder or an S3 prefix)."""
+    return f"events/job={encode_job(job)}/rank={rank}/{sha256}.parquet"
+
+
+def trace_meta_relative(job: str, rank: int, sha256: str) -> str:
+    """Where a trace's trace_meta file lives, relative to the warehouse."""
+    return f"trace_meta/job={encode_job(job)}/rank={rank}/{sha256}.parquet"
+
+
 @dataclass(frozen=True)
 class Layout:
     """Paths of one warehouse. `root` is made absolute so that paths stay valid after a chdir."""
@@ -289,10 +301,10 @@ class Layout:
         }
 
     def events_file(self, job: str, rank: int, sha256: str) -> Path:
-        return self.events_dir / f"job={encode_job(job)}" / f"rank={rank}" / f"{sha256}.parquet"
+        return self.root / events_relative(job, rank, sha256)
 
     def trace_meta_file(self, job: str, rank: int, sha256: str) -> Path:
-        return self.trace_meta_dir / f"job={encode_job(job)}" / f"rank={rank}" / f"{sha256}.parquet"
+        return self.root / trace_meta_relative(job, rank, sha256)
 
     def new_manifest_part(self) -> Path:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")

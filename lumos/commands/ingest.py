@@ -63,16 +63,16 @@ def run(args: argparse.Namespace) -> int:
     prepare_ingest_process()  # this process only ingests: no pandas, one allocator
     from warehouse.errors import TraceError
     from warehouse.ingest import ingest
-    from warehouse.layout import Layout
+    from warehouse.location import warehouse_location
 
     if args.workers < 1:
         print("lumos ingest: --workers must be at least 1", file=sys.stderr)
         return 2
-    layout = Layout.at(args.warehouse)
+    location = warehouse_location(args.warehouse)  # a directory, or s3://bucket/prefix
     bar = None if args.quiet else _ProgressBar()
     try:
         report = ingest(
-            args.paths, warehouse=layout.root, job=args.job, workers=args.workers, progress=bar
+            args.paths, warehouse=location, job=args.job, workers=args.workers, progress=bar
         )
     except (TraceError, ValueError) as exc:
         if bar:

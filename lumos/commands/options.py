@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-WAREHOUSE_HELP = "warehouse directory (default: $LUMOS_WAREHOUSE, else ./lumos_warehouse)"
+WAREHOUSE_HELP = (
+    "warehouse directory (default: $LUMOS_WAREHOUSE, else ./lumos_warehouse); ingest, sql and "
+    "status also take s3://bucket/prefix"
+)
 
 
 def add_warehouse(p: argparse.ArgumentParser, **kw: Any) -> None:

@@ -46,22 +46,20 @@ def run(args: argparse.Namespace) -> int:
     import duckdb
 
     from lumos.api import Warehouse, WarehouseNotFound
-    from warehouse.catalog import QueryRefused, check_read_only, connect, connect_read_only
+    from warehouse.catalog import QueryRefused, check_read_only
 
     if args.max_rows < 0:
         print("lumos sql: --max-rows must be >= 0", file=sys.stderr)
         return 2
     try:
-        wh = Warehouse.open(args.warehouse)
+        wh = Warehouse.open(args.warehouse, object_store=True)
     except WarehouseNotFound as exc:
         print(f"lumos sql: {exc}", file=sys.stderr)
         return 2
     try:
-        if args.unsafe:
-            con = connect(wh.catalog)
-        else:
+        if not args.unsafe:
             check_read_only(args.query)
-            con = connect_read_only(wh.root)
+        con = wh.connect(locked=not args.unsafe)
     except QueryRefused as exc:
         print(f"lumos sql: {exc}", file=sys.stderr)
         return 2

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from lumos.api import Warehouse, WarehouseNotFound
 
     try:
-        wh = Warehouse.open(args.warehouse)
+        wh = Warehouse.open(args.warehouse, object_store=True)
     except WarehouseNotFound as exc:
         print(f"lumos status: {exc}", file=sys.stderr)
         return 2
