@@ -203,3 +203,37 @@ def test_a_large_jobs_lean_build_gives_the_same_replay(replays, real_wh, monkeyp
     assert "g_ev" not in left and "g_tasks0" not in left
     for name in ("tasks", "deps", "schedules", "iteration_replay", "replay_quality"):
         assert lean.tables[name].equals(full.tables[name]), name
+
+
+def _largest_stream_overlap_ns(path: Path) -> int:
+    """From the trace file itself: the most one GPU task of a stream starts before the previous
+    task of that stream ends (a stream runs one task at a time: the clocks' disagreement)."""
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    by_stream: dict[tuple, list[tuple[float, float]]] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            key = (e.get("pid"), e.get("tid"))
+            by_stream.setdefault(key, []).append((float(e["ts"]), float(e["ts"]) + e["dur"]))
+    worst = 0.0
+    for spans in by_stream.values():
+        spans.sort()
+        end = spans[0][1]
+        for ts, te in spans[1:]:
+            worst = max(worst, end - ts)
+            end = max(end, te)
+    return int(round(worst * 1000))
+
+
+def test_a_delay_inside_the_traces_own_noise_band_is_no_wait(replays, shared_traces) -> None:  # noqa: ANN001
+    """trace_diff/test's clocks disagree by up to 13 us (same-stream overlaps): a kernel that
+    starts a few us later than its graph explains is the tail of its inter-op gaps, not an
+    external wait (they made step 1012's model replay 0.1 % longer). Every wait kept is longer
+    than that band, and there are still some (a 447 us hold of a copy, ...)."""
+    band = _largest_stream_overlap_ns(shared_traces / TRACES["test"])
+    assert 5_000 < band <= 20_000, band  # V100, µs timestamps: the band the README names
+    t = replays("test").tables["tasks"]
+    waits = t.column("ext_wait_ns").fill_null(0).to_numpy()
+    kept = waits[waits > 0]
+    assert kept.size > 0
+    assert kept.min() > band, (kept.min(), band)

@@ -1,5 +1,6 @@
 -- reads: g_const, g_ev, g_rt1, tasks
--- writes: deps, g_edge_cs, g_edge_inf, g_edge_sm, g_edge_thread, g_gpu_t, g_thread_pred, g_waits,
+-- writes: deps, g_edge_cs, g_edge_inf, g_edge_sm, g_edge_thread, g_gpu_t, g_noise, g_thread_pred,
+--         g_waits,
 --         tasks
 -- deps: the fixed dependencies of the job's graph (run after graph/tasks), one row per edge
 -- (job, rank, src, dst, kind). Processor order (same thread, same stream) is not repeated here:
@@ -84,18 +85,21 @@ ASOF JOIN (SELECT * FROM g_gpu_t WHERE launch_ts IS NOT NULL) AS g
   ON g.rank = s.rank AND g.device = s.device AND g.stream = s.wait_stream
  AND g.launch_ts > s.wait_ts;
 
+-- g_noise: per rank, the trace's own timer noise band: the largest overlap of two consecutive
+-- tasks of one stream (a stream runs one task at a time, so an overlap is the clocks' disagreement)
+CREATE OR REPLACE TEMP TABLE g_noise AS
+SELECT rank, greatest(0, coalesce(max(prev_end - ts_ns) FILTER (WHERE prev_end > ts_ns), 0))
+           AS ovl_ns
+FROM g_gpu_t GROUP BY rank;
+
 CREATE OR REPLACE TEMP TABLE g_edge_inf AS
-WITH noise AS (
-    SELECT rank, greatest(0, coalesce(max(prev_end - ts_ns) FILTER (WHERE prev_end > ts_ns), 0))
-               AS ovl_ns
-    FROM g_gpu_t GROUP BY rank
-), k AS (
+WITH k AS (
     SELECT g.*, c.gap_ns, c.launch_lat_ns,
            least(n.ovl_ns, timer_overlap_cap_ns(c.gap_ns)) AS tol_ns,
            greatest(g.launch_end + c.launch_lat_ns + c.gap_ns, g.prev_end + c.gap_ns) AS explained
     FROM g_gpu_t AS g
     JOIN g_const AS c ON c.rank = g.rank AND c.device = g.device
-    JOIN noise AS n ON n.rank = g.rank
+    JOIN g_noise AS n ON n.rank = g.rank
     WHERE g.rank NOT IN (SELECT DISTINCT rank FROM g_waits)
 ), late AS (
     -- the last cudaStreamWaitEvent (any thread: it holds every later launch on its stream)
