@@ -237,3 +237,26 @@ def test_a_delay_inside_the_traces_own_noise_band_is_no_wait(replays, shared_tra
     kept = waits[waits > 0]
     assert kept.size > 0
     assert kept.min() > band, (kept.min(), band)
+
+
+def test_a_copy_within_the_device_waits_for_the_sms(replays) -> None:  # noqa: ANN001
+    """A DtoD copy runs as a kernel on the SMs: on trace_diff/test one starts 451 us after its
+    stream predecessor, as a kernel of another stream that fills every SM (196 waves) ends; it
+    waits for that kernel (an SM-wait edge), where a host copy (a copy engine) never does."""
+    res = replays("test")
+    t = res.tables["tasks"].to_pydict()
+    d = res.tables["deps"].to_pydict()
+    into_copies = [
+        (s, x)
+        for s, x, k in zip(d["src"], d["dst"], d["kind"], strict=True)
+        if k == "sm_wait" and t["role"][x] == "memcpy"
+    ]
+    assert into_copies
+    for s, x in into_copies:
+        assert t["name"][x].startswith("Memcpy DtoD"), t["name"][x]
+        assert t["role"][s] == "kernel" and t["stream"][s] != t["stream"][x]
+    # the longest-held of them starts as its source ends (within the trace's timer noise)
+    s, x = max(into_copies, key=lambda e: t["ts_ns"][e[1]] - t["ts_ns"][e[0]])
+    src_end = t["ts_ns"][s] + t["dur_ns"][s]
+    assert abs(t["ts_ns"][x] - src_end) < 20_000
+    assert t["ts_ns"][x] - t["ts_ns"][s] > 400_000

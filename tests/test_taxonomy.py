@@ -40,6 +40,7 @@ def test_sql_and_python_agree_on_every_name(names_wh: Warehouse) -> None:
     rows = names_wh.arrow(
         "SELECT name, comm_part(name) AS part, op_class(name) AS cls, is_comm(name) AS comm, "
         "is_comm_kernel(name) AS kernel, is_peer_copy(name) AS peer, is_attention(name) AS att, "
+        "is_sm_copy(name) AS sm_copy, "
         "is_megatron(name) AS megatron, is_megatron_sp(name) AS megatron_sp "
         "FROM (SELECT DISTINCT name FROM events WHERE name IS NOT NULL)"
     ).to_pylist()
@@ -49,7 +50,17 @@ def test_sql_and_python_agree_on_every_name(names_wh: Warehouse) -> None:
         part = taxonomy.comm_part(n)
         got = tuple(
             r[k]
-            for k in ("part", "cls", "comm", "kernel", "peer", "att", "megatron", "megatron_sp")
+            for k in (
+                "part",
+                "cls",
+                "comm",
+                "kernel",
+                "peer",
+                "att",
+                "megatron",
+                "megatron_sp",
+                "sm_copy",
+            )
         )
         want = (
             None if part is None else str(part),
@@ -60,8 +71,10 @@ def test_sql_and_python_agree_on_every_name(names_wh: Warehouse) -> None:
             taxonomy.is_attention(n),
             taxonomy.is_megatron(n),
             taxonomy.is_megatron_sp(n),
+            taxonomy.is_sm_copy(n),
         )
         assert got == want, n
+    assert {r["name"] for r in rows if r["sm_copy"]} >= {"Memcpy DtoD (Device -> Device)"}
     megatron = {r["name"] for r in rows if r["megatron"]}
     assert "_ReduceFromModelParallelRegion" in megatron
     assert "LinearWithGradAccumulationAndAsyncCommunicationBackward" in megatron

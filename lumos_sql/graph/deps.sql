@@ -38,8 +38,9 @@
 --                     running, and that started
 --                     only in that kernel's last waves (start >= its end - 3 waves - 10 us: the
 --                     trace's timing checks the edge) and no later than its end + 2 gaps + 2 us
---                     (else something else held it), waits for it. Memcpys run on copy engines
---                     and never wait. On trace_diff/control this explains 40 of the 42.8 ms of
+--                     (else something else held it), waits for it; so does a copy within the
+--                     device (`is_sm_copy`: run as a kernel on the SMs). Other memcpys run on
+--                     copy engines and never wait. On trace_diff/control this explains 40 of the 42.8 ms of
 --                     unexplained slack (small fbgemm kernels on a side stream starting 63-94 us
 --                     before a 142-wave embedding-backward kernel ends).
 -- kind 'thread'       inter-thread: a CPU task that starts a burst on its thread (first task, or
@@ -166,6 +167,7 @@ WITH geo AS (
     JOIN tasks AS t USING (rank, task)
     JOIN g_const AS c ON c.rank = g.rank AND c.device = g.device
     WHERE t.kind IN (kind_gpu_kernel(), kind_gpu_memset(), kind_collective())
+       OR (t.kind = kind_gpu_memcpy() AND is_sm_copy(t.name))
 ), cand AS (
     SELECT x.*, s.proc AS other
     FROM x
