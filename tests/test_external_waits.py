@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from kernels.graph import Kind
+from lumos.estimate.gpu_step import GpuStep
 from lumos.replay.bounds import MAX_BOUND, MEDIAN_BOUND
 from lumos.replay.collectives import build_collectives
 from lumos.replay.run import replay_job
@@ -145,34 +147,85 @@ def test_kernels_started_long_after_launch_keep_their_wait(replays, shared_trace
         assert r["ext_wait_share"] > 1 / 3, r
 
 
-def test_an_estimate_of_another_configuration_keeps_the_waits(gpu_runs: Path, tmp_path: Path):
-    """A one-GPU H100 run as the base, with a 5 ms external wait measured before one of its
-    layers' kernels (as a one-rank job of a bigger run would carry): the base configuration's
-    estimate grows by the wait (the step is GPU-bound there), and doubling the layers, which
-    repeats that layer's kernels, keeps it in each copy."""
+@pytest.fixture(scope="module")
+def llama(gpu_runs: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """The one-GPU H100 run `llama_base` as an estimate's base: its step and configuration."""
     from lumos.api import Warehouse
-    from lumos.estimate.gpu_estimate import GpuModel
     from lumos.estimate.gpu_step import load_gpu_step
     from lumos.estimate.infer import infer_base
 
-    wh = Warehouse.open(tmp_path / "wh", create=True)
+    wh = Warehouse.open(tmp_path_factory.mktemp("llama") / "wh", create=True)
     wh.ingest([gpu_runs / "llama_base"], job="llama_base")
-    step = load_gpu_step(wh, "llama_base")
-    cfg = infer_base(wh, "llama_base").config
+    return load_gpu_step(wh, "llama_base"), infer_base(wh, "llama_base").config
+
+
+def _waited(step: GpuStep, at: int, cause: str | None, kind: Kind, wait_ns: int) -> GpuStep:
+    """`step` with task `at` of kind `kind` holding a measured wait of `wait_ns`."""
+    t = step.tasks
+    w = np.zeros(t.num_rows, np.int64)
+    w[at] = wait_ns
+    k = np.asarray(t.column("kind").to_numpy(), np.int64).copy()
+    k[at] = int(kind)
+    c = [None] * t.num_rows
+    c[at] = cause
+    for name, values in (("ext_wait_ns", w), ("kind", k), ("wait_cause", c)):
+        i = t.schema.get_field_index(name)
+        t = t.set_column(i, t.schema.field(i), pa.array(values, t.schema.field(i).type))
+    return replace(step, tasks=t)
+
+
+def test_an_estimate_of_another_configuration_keeps_the_waits(llama) -> None:  # noqa: ANN001
+    """A one-GPU H100 run as the base, with a 5 ms external wait measured before one of its
+    layers' kernels (as a one-rank job of a bigger run would carry). A wait of unknown cause is
+    kept as measured: the base configuration's estimate grows by it (the step is GPU-bound
+    there), doubling the layers repeats it with its layer, doubling the micro-batch keeps it.
+    The same kernel as a collective waiting for untraced peers (the shared H100 runs hold no
+    collective: the kernel stands in for one) waits as the compute before it grows: 5 ms at the
+    base, more where every kernel's work doubles (at most twice: no kernel grows more than its
+    work), more than two plain copies where the layers double (the second copy has more
+    compute before it than the base's)."""
+    from lumos.estimate.gpu_estimate import GpuModel
+
+    step, cfg = llama
     waits = np.asarray(step.tasks.column("ext_wait_ns").fill_null(0).to_numpy(), np.int64)
     assert not waits.any()  # a clean one-GPU capture: nothing waits
-    in_layer = np.flatnonzero(step.is_gpu & (step.layer >= 0))
-    waits = waits.copy()
-    waits[in_layer[in_layer.size // 2]] = 5_000_000
-    i = step.tasks.schema.get_field_index("ext_wait_ns")
-    waited = replace(
-        step, tasks=step.tasks.set_column(i, step.tasks.schema.field(i), pa.array(waits))
-    )
+    in_layer = np.flatnonzero(step.is_gpu & (step.layer >= 0) & (step.kind == int(Kind.GPU_KERNEL)))
+    at = int(in_layer[in_layer.size // 2])
+
+    def waited(cause: str | None, kind: Kind, wait_ns: int = 5_000_000) -> GpuStep:
+        return _waited(step, at, cause, kind, wait_ns)
+
     twice = replace(cfg, layers=2 * cfg.layers)
-    plain, _ = GpuModel(step, cfg).predict([cfg, twice])
-    held, _ = GpuModel(waited, cfg).predict([cfg, twice])
-    assert held[0] - plain[0] == pytest.approx(5_000_000, rel=0.05)
-    assert held[1] - plain[1] == pytest.approx(10_000_000, rel=0.05)
+    wider = replace(cfg, micro_batch=2 * cfg.micro_batch)
+    cfgs = [cfg, twice, wider]
+    plain, _ = GpuModel(step, cfg).predict(cfgs)
+    kept, _ = GpuModel(waited("unknown", Kind.GPU_KERNEL), cfg).predict(cfgs)
+    assert (kept - plain) / 1e6 == pytest.approx([5.0, 10.0, 5.0], rel=0.05)
+    # the same graph with the kernel as a collective, without and with its wait
+    plain_coll, _ = GpuModel(waited(None, Kind.COLLECTIVE, 0), cfg).predict(cfgs)
+    held, _ = GpuModel(waited("peers_not_traced", Kind.COLLECTIVE), cfg).predict(cfgs)
+    base_ms, twice_ms, wider_ms = (held - plain_coll) / 1e6
+    assert base_ms == pytest.approx(5.0, rel=0.05)
+    assert 6.5 < wider_ms <= 10.0 * 1.05, wider_ms
+    assert twice_ms > 11.0, twice_ms
+
+
+def test_a_modelled_collective_does_not_take_its_anchors_wait(llama) -> None:  # noqa: ANN001
+    """Tensor parallelism puts an all-reduce after a layer's output projection, copying that
+    kernel's row: the wait measured before the kernel stays the kernel's alone."""
+    from lumos.estimate.gpu_estimate import GpuModel
+
+    step, cfg = llama
+    tp = replace(cfg, tp=2)
+    plain = GpuModel(step, cfg)
+    ed, _ = plain.graph(plain.structure(tp))
+    assert ed.coll is not None and (ed.coll >= 0).any()
+    at = int(ed.base[ed.coll >= 0][0])  # the first all-reduce's anchor kernel
+    model = GpuModel(_waited(step, at, "unknown", Kind.GPU_KERNEL, 5_000_000), cfg)
+    ed, _ = model.graph(model.structure(tp))
+    waits = np.asarray(ed.tasks.column("ext_wait_ns").fill_null(0).to_numpy(), np.int64)
+    copies = int(np.count_nonzero((ed.base == at) & (ed.coll < 0)))
+    assert copies >= 1 and waits.sum() == 5_000_000 * copies
 
 
 def test_replay_status_and_the_check_say_the_waits(

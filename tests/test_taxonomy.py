@@ -40,6 +40,7 @@ def test_sql_and_python_agree_on_every_name(names_wh: Warehouse) -> None:
     rows = names_wh.arrow(
         "SELECT name, comm_part(name) AS part, op_class(name) AS cls, is_comm(name) AS comm, "
         "is_comm_kernel(name) AS kernel, is_peer_copy(name) AS peer, is_attention(name) AS att, "
+        "is_sm_copy(name) AS sm_copy, "
         "is_megatron(name) AS megatron, is_megatron_sp(name) AS megatron_sp, "
         "is_attention_pass(name) AS att_pass "
         "FROM (SELECT DISTINCT name FROM events WHERE name IS NOT NULL)"
@@ -59,8 +60,9 @@ def test_sql_and_python_agree_on_every_name(names_wh: Warehouse) -> None:
                 "att",
                 "megatron",
                 "megatron_sp",
+                "sm_copy",
                 "att_pass",
-            )  # fmt: skip
+            )
         )
         want = (
             None if part is None else str(part),
@@ -71,9 +73,11 @@ def test_sql_and_python_agree_on_every_name(names_wh: Warehouse) -> None:
             taxonomy.is_attention(n),
             taxonomy.is_megatron(n),
             taxonomy.is_megatron_sp(n),
+            taxonomy.is_sm_copy(n),
             taxonomy.is_attention_pass(n),
         )
         assert got == want, n
+    assert {r["name"] for r in rows if r["sm_copy"]} >= {"Memcpy DtoD (Device -> Device)"}
     megatron = {r["name"] for r in rows if r["megatron"]}
     assert "_ReduceFromModelParallelRegion" in megatron
     assert "LinearWithGradAccumulationAndAsyncCommunicationBackward" in megatron

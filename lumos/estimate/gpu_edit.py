@@ -612,6 +612,14 @@ def insert_tasks(step: GpuStep, ed: EditedStep, adds: list[Insert]) -> EditedSte
     t = _set(t, "stream", stream)
     t = _set(t, "kind", kind)
     t = _set(t, "ts_ns", ts)
+    if "ext_wait_ns" in t.column_names:
+        # a modelled collective waits for nothing outside the graph (not its anchor's wait)
+        waits = np.asarray(t.column("ext_wait_ns").fill_null(0).to_numpy(), np.int64)
+        t = _set(t, "ext_wait_ns", np.where(which_a >= 0, 0, waits))
+        i = t.schema.get_field_index("wait_cause")
+        old = t.column(i).to_pylist()
+        causes = [None if w >= 0 else c for w, c in zip(which_a, old, strict=True)]
+        t = t.set_column(i, t.schema.field(i), pa.array(causes, t.schema.field(i).type))
     i = t.schema.get_field_index("name")
     t = t.set_column(i, t.schema.field(i), pa.array(names, t.schema.field(i).type))
     d = ed.deps

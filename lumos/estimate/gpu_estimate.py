@@ -27,6 +27,7 @@ from lumos.estimate.kernel_work import KClass, fit_gemm, named_sizes, size_ratio
 from lumos.estimate.memory import embedding_params, head_params, params_per_layer
 from lumos.estimate.profiler_cost import PROFILER_EVENT_NS, unprofiled_cpu_ns
 from lumos.estimate.retime import features, stage_param_counts
+from lumos.estimate.waits import ScaledWaits, has_peer_waits, scaled_waits
 from lumos.replay.build import build_graph
 
 __all__ = ["GpuEstimate", "GpuModel", "KERNEL_FIXED_QUANTILE", "estimate_step"]
@@ -103,6 +104,7 @@ class GpuModel:
         self._sized = step.is_gpu & (step.k_class == int(KClass.OTHER)) & (step.k_elems > 0)
         self._elems, self._elems_at = np.unique(step.k_elems, return_inverse=True)
         self._graphs: dict[Structure, tuple[EditedStep, ReplayGraph]] = {}
+        self._scaled: dict[Structure, ScaledWaits | None] = {}
 
     def _checkpointed(self, ed: EditedStep) -> np.ndarray:
         """The CPU tasks of the layers' forward under activation checkpointing."""
@@ -161,6 +163,21 @@ class GpuModel:
             g = build_graph(tasks, ed.deps, consts, mode="model", source=st.job)
             got = self._graphs[s] = (ed, g)
         return got
+
+    def delays(self, s: Structure, dur_ns: np.ndarray) -> np.ndarray | None:
+        """The replay delays of structure `s`'s graph for durations `dur_ns` (configs x tasks):
+        its collectives' waits for untraced peers scaled with the compute before them
+        (`lumos.estimate.waits`); None when it has none (the graph's own delays stand)."""
+        if s not in self._scaled:
+            ed, _ = self.graph(s)
+            sw = None
+            if has_peer_waits(self.step.tasks):
+                ed0, _ = self.graph(self.structure(self.base))
+                base_dur = self.durations(ed0, self.base, 0.0)
+                sw = scaled_waits(ed.tasks, ed.base, ed.stage, ed0.tasks, ed0.base, base_dur)
+            self._scaled[s] = sw
+        sw = self._scaled[s]
+        return None if sw is None else sw.delays(self.graph(s)[1].delay_ns, dur_ns)
 
     def durations(self, ed: EditedStep, cfg: ModelConfig, event_ns: float) -> np.ndarray:
         """Durations of the edited step's tasks for `cfg` (the profiler's cost taken out of the
@@ -230,16 +247,21 @@ class GpuModel:
             dur = np.stack(
                 [self.durations(ed, cfgs[i], cost) for cost in (self.event_ns, 0.0) for i in idx]
             )
-            out[:, idx] = replay_sweep(g, dur, parallel=len(idx) > 1).reshape(2, len(idx))
+            delay = self.delays(s, dur)
+            out[:, idx] = replay_sweep(g, dur, delay_ns=delay, parallel=len(idx) > 1).reshape(
+                2, len(idx)
+            )
         return out[0], out[1]
 
     def explain(self, cfg: ModelConfig) -> GpuEstimate:
         """One configuration, with the same graph replayed with the profiler's cost kept."""
         from kernels.replay import replay_sweep
 
-        ed, g = self.graph(self.structure(cfg))
+        s = self.structure(cfg)
+        ed, g = self.graph(s)
         dur = np.stack([self.durations(ed, cfg, cost) for cost in (self.event_ns, 0.0)])
-        pred, traced = (int(x) for x in replay_sweep(g, dur, parallel=False))
+        delay = self.delays(s, dur)
+        pred, traced = (int(x) for x in replay_sweep(g, dur, delay_ns=delay, parallel=False))
         gpu = self.step.is_gpu[ed.base]
         busy = gpu & (self.step.kind[ed.base] != int(Kind.GPU_WAIT))
         comm = ed.coll >= 0 if ed.coll is not None else np.zeros(gpu.shape, bool)

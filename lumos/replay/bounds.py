@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+# the cause of a collective kernel's wait in a job that lacks ranks of its world (graph/waits.sql)
+PEERS_NOT_TRACED = "peers_not_traced"
 MEDIAN_BOUND = 0.01
 MAX_BOUND = 0.03
 
 CAUSES = {
-    "peers_not_traced": "collective kernels held by peers that are not in the warehouse",
+    PEERS_NOT_TRACED: "collective kernels held by peers that are not in the warehouse",
     "unmatched_stream_wait": "stream waits whose event record the trace does not place",
     "unknown": "holds nothing in the trace explains: a device-wide stall, a host callback or "
     "another process",

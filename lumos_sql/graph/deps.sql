@@ -1,5 +1,6 @@
 -- reads: g_const, g_ev, g_rt1, tasks
--- writes: deps, g_edge_cs, g_edge_inf, g_edge_sm, g_edge_thread, g_gpu_t, g_thread_pred, g_waits,
+-- writes: deps, g_edge_cs, g_edge_inf, g_edge_sm, g_edge_thread, g_gpu_t, g_noise, g_thread_pred,
+--         g_waits,
 --         tasks
 -- deps: the fixed dependencies of the job's graph (run after graph/tasks), one row per edge
 -- (job, rank, src, dst, kind). Processor order (same thread, same stream) is not repeated here:
@@ -37,8 +38,9 @@
 --                     running, and that started
 --                     only in that kernel's last waves (start >= its end - 3 waves - 10 us: the
 --                     trace's timing checks the edge) and no later than its end + 2 gaps + 2 us
---                     (else something else held it), waits for it. Memcpys run on copy engines
---                     and never wait. On trace_diff/control this explains 40 of the 42.8 ms of
+--                     (else something else held it), waits for it; so does a copy within the
+--                     device (`is_sm_copy`: run as a kernel on the SMs). Other memcpys run on
+--                     copy engines and never wait. On trace_diff/control this explains 40 of the 42.8 ms of
 --                     unexplained slack (small fbgemm kernels on a side stream starting 63-94 us
 --                     before a 142-wave embedding-backward kernel ends).
 -- kind 'thread'       inter-thread: a CPU task that starts a burst on its thread (first task, or
@@ -84,18 +86,21 @@ ASOF JOIN (SELECT * FROM g_gpu_t WHERE launch_ts IS NOT NULL) AS g
   ON g.rank = s.rank AND g.device = s.device AND g.stream = s.wait_stream
  AND g.launch_ts > s.wait_ts;
 
+-- g_noise: per rank, the trace's own timer noise band: the largest overlap of two consecutive
+-- tasks of one stream (a stream runs one task at a time, so an overlap is the clocks' disagreement)
+CREATE OR REPLACE TEMP TABLE g_noise AS
+SELECT rank, greatest(0, coalesce(max(prev_end - ts_ns) FILTER (WHERE prev_end > ts_ns), 0))
+           AS ovl_ns
+FROM g_gpu_t GROUP BY rank;
+
 CREATE OR REPLACE TEMP TABLE g_edge_inf AS
-WITH noise AS (
-    SELECT rank, greatest(0, coalesce(max(prev_end - ts_ns) FILTER (WHERE prev_end > ts_ns), 0))
-               AS ovl_ns
-    FROM g_gpu_t GROUP BY rank
-), k AS (
+WITH k AS (
     SELECT g.*, c.gap_ns, c.launch_lat_ns,
            least(n.ovl_ns, timer_overlap_cap_ns(c.gap_ns)) AS tol_ns,
            greatest(g.launch_end + c.launch_lat_ns + c.gap_ns, g.prev_end + c.gap_ns) AS explained
     FROM g_gpu_t AS g
     JOIN g_const AS c ON c.rank = g.rank AND c.device = g.device
-    JOIN noise AS n ON n.rank = g.rank
+    JOIN g_noise AS n ON n.rank = g.rank
     WHERE g.rank NOT IN (SELECT DISTINCT rank FROM g_waits)
 ), late AS (
     -- the last cudaStreamWaitEvent (any thread: it holds every later launch on its stream)
@@ -162,6 +167,7 @@ WITH geo AS (
     JOIN tasks AS t USING (rank, task)
     JOIN g_const AS c ON c.rank = g.rank AND c.device = g.device
     WHERE t.kind IN (kind_gpu_kernel(), kind_gpu_memset(), kind_collective())
+       OR (t.kind = kind_gpu_memcpy() AND is_sm_copy(t.name))
 ), cand AS (
     SELECT x.*, s.proc AS other
     FROM x

@@ -1,7 +1,7 @@
 -- reads: g_ext_wait, tasks
 -- writes: g_slack
 -- g_slack: per rank, the GPU start delays that no edge of the graph explains (a quality flag):
--- the measured external waits of graph/waits (delays above timer_noise_ns, lumos_sql/thresholds.py),
+-- the measured external waits of graph/waits (delays above ext_wait_min_ns, lumos_sql/thresholds.py),
 -- their sum and count, and the cause that holds most of that time. Run after graph/waits.
 CREATE OR REPLACE TEMP TABLE g_slack AS
 WITH r AS (

@@ -1,9 +1,10 @@
--- reads: deps, g_const, g_ev, g_gpu_t, tasks, traces
+-- reads: deps, g_const, g_ev, g_gpu_t, g_noise, tasks, traces
 -- writes: g_ext_wait, tasks
 -- g_ext_wait: the measured external waits of the model replay (run after graph/deps). A GPU task
 -- whose traced start is later than every edge of the graph explains (launch end + launch
 -- latency + gap, stream predecessor end + gap, inter-stream or SM-wait predecessor end + gap) by
--- more than timer_noise_ns (lumos_sql/thresholds.py) waited for something outside the graph: the whole delay
+-- more than ext_wait_min_ns (lumos_sql/thresholds.py: timer noise, or the rank's own noise band
+-- g_noise where that is wider) waited for something outside the graph: the whole delay
 -- is kept as a wait before it in the model replay (tasks.ext_wait_ns, lumos.replay.build), so a
 -- job traced on a few ranks reproduces its step instead of running those kernels at launch.
 -- A task with neither a launch nor a stream predecessor (the model places it at its traced
@@ -27,14 +28,15 @@ WITH sw AS (
     WHERE job = (SELECT any_value(job) FROM g_ev) AND status = 'ok'
 ), late AS (
     SELECT * FROM (
-        SELECT g.rank, g.task, g.launch_ts, g.prev_launch_ts, c.gap_ns,
+        SELECT g.rank, g.task, g.launch_ts, g.prev_launch_ts, c.gap_ns, n.ovl_ns,
                g.ts_ns - greatest(g.launch_end + c.launch_lat_ns + c.gap_ns,
                                   g.prev_end + c.gap_ns, sw.sw_end + c.gap_ns) AS wait_ns
         FROM g_gpu_t AS g
         JOIN g_const AS c ON c.rank = g.rank AND c.device = g.device
+        JOIN g_noise AS n ON n.rank = g.rank
         LEFT JOIN sw ON sw.rank = g.rank AND sw.task = g.task
     )
-    WHERE wait_ns > timer_noise_ns(gap_ns)
+    WHERE wait_ns > ext_wait_min_ns(gap_ns, ovl_ns)
 ), call AS (
     -- the last cudaStreamWaitEvent (any thread) before the task's launch
     SELECT l.rank, l.task, w.ts_ns AS wait_call_ts
