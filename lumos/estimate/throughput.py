@@ -101,7 +101,8 @@ def matmul_params(cfg: ModelConfig) -> int:
 
 def model_flops_per_step(cfg: ModelConfig) -> int:
     """Model FLOPs of one training step: T (6 N + 12 L h s), recomputation not counted."""
-    per_token = 6 * matmul_params(cfg) + 12 * cfg.layers * cfg.hidden * cfg.seq
+    # attention's scores and their product with V: 12 · L · (heads · head size) · s per token
+    per_token = 6 * matmul_params(cfg) + 12 * cfg.layers * cfg.q_width() * cfg.seq
     return tokens_per_step(cfg) * per_token
 
 
