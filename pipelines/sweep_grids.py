@@ -149,7 +149,7 @@ def _grid_sweep(
 ) -> GridSweep:
     """Write one file's predictions to `estimates` (the one place a sweep is committed)."""
     from lumos.api import Warehouse
-    from lumos.estimate.store import estimates_table, write_estimates
+    from lumos.estimate.store import write_estimates
     from lumos.estimate.throughput import job_device
 
     job = job_of(path)
@@ -157,7 +157,7 @@ def _grid_sweep(
         device = job_device(warehouse, job)
     except _job_errors() as exc:
         raise SweepFileError(f"{path}: job {job!r} (from the file name): {exc}") from None
-    write_estimates(Warehouse.open(warehouse), sweep_id, job, preds, device=device)
+    table = write_estimates(Warehouse.open(warehouse), sweep_id, job, preds, device=device)
     n_points, n_constrained, n_invalid, seconds = counts
     return GridSweep(
         path=path,
@@ -168,7 +168,7 @@ def _grid_sweep(
         n_invalid=n_invalid,
         seconds=seconds,
         keys=list(grid.axes),
-        rows=estimates_table(sweep_id, job, preds, device=device).to_pandas(),
+        rows=table.to_pandas(),
         order=grid.order,
     )
 
