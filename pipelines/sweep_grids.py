@@ -101,18 +101,36 @@ def _job_errors() -> tuple[type[Exception], ...]:
     return (ConfigError, TemplateError, TransformError, LookupError)
 
 
+# The estimators this process opened, with the warehouse's manifest stamp then: the chunks of a
+# grid that run in one process (a Dask worker's, or in process) reuse one, and with it the graphs
+# it built for each structure. A few at most; any ingest since changes the stamp.
+_ESTIMATORS: dict[tuple[str, str, int | None], tuple[str, Any]] = {}
+_KEEP_ESTIMATORS = 4
+
+
 def _open(warehouse: Path, path: Path, grid: Any) -> Any:
     """The estimator of the job a grid file names, with the grid's host cores; SweepFileError
     naming the file when the warehouse cannot give it."""
     from lumos.estimate.estimator import Estimator
+    from lumos.estimate.template import manifest_stamp
+    from warehouse.location import local_warehouse
 
     job = job_of(path)
+    key = (str(warehouse), job, grid.host_cores)
+    stamp = manifest_stamp(local_warehouse(warehouse))
+    if key in _ESTIMATORS and _ESTIMATORS[key][0] == stamp:
+        return _ESTIMATORS[key][1]
     try:
-        return Estimator.open(
+        est = Estimator.open(
             warehouse, job, host_cores=grid.host_cores, host_cores_from="the grid file's host_cores"
         )
     except _job_errors() as exc:
         raise SweepFileError(f"{path}: job {job!r} (from the file name): {exc}") from None
+    _ESTIMATORS.pop(key, None)
+    while len(_ESTIMATORS) >= _KEEP_ESTIMATORS:
+        _ESTIMATORS.pop(next(iter(_ESTIMATORS)))
+    _ESTIMATORS[key] = (stamp, est)
+    return est
 
 
 def _run(est: Any, grid: Any, path: Path, start: int = 0, stop: int | None = None) -> Any:
