@@ -108,6 +108,11 @@ _ESTIMATORS: dict[tuple[str, str, int | None], tuple[str, Any]] = {}
 _KEEP_ESTIMATORS = 4
 
 
+def forget_estimators() -> None:
+    """Drop the estimators this process keeps (a bench times a sweep's graph building too)."""
+    _ESTIMATORS.clear()
+
+
 def _open(warehouse: Path, path: Path, grid: Any) -> Any:
     """The estimator of the job a grid file names, with the grid's host cores; SweepFileError
     naming the file when the warehouse cannot give it."""
