@@ -1,20 +1,15 @@
 """A large grid swept through Dagster: `sweep_job` in process vs its chunks on 1, 2 Dask workers.
 
-    PYTHONPATH=. python bench/dask_sweep.py [--workers 0,1,2] [--runs 3] [--points 9216]
+    PYTHONPATH=. python bench/dask_sweep.py [--workers 0,1,2] [--runs 2] [--points 9216]
                                             [--chunk 1536]
 
-The grid (--points grid points of a real H100 LLaMA run, ../shared/traces/gpu_h100/llama_base,
-ingested once into a temporary warehouse) is swept by `pipelines.sweep_run.run_sweeps`: one
-`sweep_job` run (plan, one step per chunk of --chunk points, commit with the job's report) in a
-fresh DAGSTER_HOME. `0` is the in-process executor; `N` > 0 a `distributed.LocalCluster` of N
-worker processes (one thread each), every step a task on it, started once per configuration
-and warmed (each worker opens the estimator and estimates a few configurations) before the
-timed runs. First, `lumos sweep`'s own path (`sweep_grid_file`, no Dagster) as a floor. Prints
-per configuration the first run's wall (a fresh cluster's workers, or this process, import and
-load the report's chart library then), the median of the later runs, their configurations per
-second and ratio to in process, and the mean seconds inside the plan, chunk and commit steps
-(event log; the chunks' summed, not their wall). Not a test; not run in CI.
-"""
+The grid (points of the real H100 run ../shared/traces/gpu_h100/llama_base, ingested once) is
+swept by `pipelines.sweep_run.run_sweeps`: one `sweep_job` run (plan, a step per chunk, commit
+with the job's report) in a fresh DAGSTER_HOME; `0` in process, `N` a `LocalCluster` of N worker
+processes (one thread each), warmed before each run (kernels and modules loaded; graphs not kept).
+`lumos sweep`'s own path (`sweep_grid_file`, no Dagster) is the floor. Prints the first run's wall
+(cold: imports, the report's chart library), the median of the later runs, configs/s and ratio to
+in process, and the mean seconds inside the plan, chunk (summed) and commit steps. Not a test."""
 
 from __future__ import annotations
 
@@ -126,7 +121,7 @@ def measure(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", default="0,1,2", help="comma-separated; 0 = in process")
-    ap.add_argument("--runs", type=int, default=3, help="timed runs per configuration")
+    ap.add_argument("--runs", type=int, default=2, help="timed runs per configuration")
     ap.add_argument("--points", type=int, default=9216, help="grid points (at most 9,216)")
     ap.add_argument("--chunk", type=int, default=1536, help="grid points per chunk step")
     args = ap.parse_args()
