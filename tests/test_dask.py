@@ -206,7 +206,16 @@ def test_dask_sweep_in_chunks_gives_the_in_process_rows(
             address=cluster.scheduler_address,
             points_per_chunk=5,
         )
+        # a grid whose job the warehouse does not hold: the run fails, naming the file
+        bad = tmp_path / "bad_grids"
+        bad.mkdir()
+        (bad / "gone.yaml").write_text(SWEEP_GRID)
+        failed = run_sweeps(
+            dagster_home=home, warehouse=warehouse, grids=bad, address=cluster.scheduler_address
+        )
     assert run.success, run.error
+    assert not failed.success
+    assert "grid_sweeps.plan_sweeps" in failed.error and "gone.yaml: job 'gone'" in failed.error
 
     with dg.DagsterInstance.from_config(str(home)) as instance:
         steps = {
