@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -40,7 +41,7 @@ def sweep_job_for(warehouse: str, grids: str, address: str | None) -> dg.JobDefi
     return build_definitions(resource, job_executor(address)).resolve_job_def("sweep_job")
 
 
-def chunking_config(points_per_chunk: int) -> dict:
+def chunking_config(points_per_chunk: int) -> dict[str, Any]:
     """The run config giving `grid_sweeps` chunks of `points_per_chunk` grid points."""
     plan = {"plan_sweeps": {"config": {"points_per_chunk": points_per_chunk}}}
     return {"ops": {"grid_sweeps": {"ops": plan}}}

@@ -12,6 +12,8 @@ partitions: docs/dagster.md.
 
 # No `from __future__ import annotations`: Dagster reads the parameter annotations at runtime.
 
+from collections.abc import Iterator
+
 import dagster as dg
 
 from pipelines.assets.catalog import warehouse_catalog
@@ -26,7 +28,9 @@ class SweepChunking(dg.Config):
 
 
 @dg.op(ins={"catalog": dg.In(dg.Nothing)}, out=dg.DynamicOut(SweepChunk))
-def plan_sweeps(config: SweepChunking, lumos: WarehouseResource):  # noqa: ANN201 (a generator)
+def plan_sweeps(
+    config: SweepChunking, lumos: WarehouseResource
+) -> Iterator[dg.DynamicOutput[SweepChunk]]:
     """Every grid file checked (its job's estimator cache built once), its points in chunks."""
     from pipelines.sweep_grids import SweepFileError, grid_files, plan_chunks
 
