@@ -64,19 +64,24 @@ def _run_partition(
             run_config=QUIET_RUN_CONFIG,
             tags={"dagster/partition": job, BACKFILL_TAG: backfill_id},
         )
-        errors = []
-        for event in result.all_events:
-            if event.is_step_failure and event.step_failure_data.error is not None:
-                error = event.step_failure_data.error
-                while error.cause is not None:  # Dagster's wrapper first, our exception last
-                    error = error.cause
-                errors.append(f"{event.step_key}: {error.message.strip()}")
-            elif event.is_run_failure and not errors and event.event_specific_data:
-                failure = event.event_specific_data.error
-                errors.append(failure.message.strip() if failure else event.message or "")
         return BackfillRun(
-            job, result.run_id, result.success, time.perf_counter() - started, "; ".join(errors)
+            job, result.run_id, result.success, time.perf_counter() - started, run_errors(result)
         )
+
+
+def run_errors(result: dg.ExecuteJobResult) -> str:
+    """Why a run failed: each failed step's innermost message, else the run failure's."""
+    errors = []
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data.error is not None:
+            error = event.step_failure_data.error
+            while error.cause is not None:  # Dagster's wrapper first, our exception last
+                error = error.cause
+            errors.append(f"{event.step_key}: {error.message.strip()}")
+        elif event.is_run_failure and not errors and event.event_specific_data:
+            failure = event.event_specific_data.error
+            errors.append(failure.message.strip() if failure else event.message or "")
+    return "; ".join(errors)
 
 
 def backfill(

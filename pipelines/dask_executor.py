@@ -1,11 +1,14 @@
-"""Dagster's Dask executor (dagster-dask) on an existing cluster, fixed for today's dask.
+"""Dagster's Dask executor (dagster-dask) on an existing cluster, fixed for today's dask and for
+dynamic outputs.
 
-dagster-dask 0.29.27's executor fails with dask >= 2024.12: `Client.submit` walks every tuple
-argument, and the `DagsterRun` it passes is a NamedTuple whose records forbid iteration. Here
-the same worker function (`query_on_dask_worker`) is submitted with its arguments bound in a
-`functools.partial`, which dask does not walk, under a key that holds the run id (dagster-dask's
-`<job>.<step>` is the same for every run, and the scheduler reuses the task it holds under a
-key). Everything else is dagster-dask's. Imported only when a scheduler is configured.
+dagster-dask 0.29.27's executor submits the whole plan up front, so it cannot run steps mapped
+over a dynamic output (the sweep's chunks), and it fails with dask >= 2024.12: `Client.submit`
+walks every tuple argument, and its `DagsterRun` is a record that forbids iteration. Here
+Dagster's own `ActiveExecution` decides which steps are ready (as the multiprocess executor
+does), each is submitted with its arguments bound in a `functools.partial` (not walked) under a
+key that holds the run id (dagster-dask's `<job>.<step>` is the same for every run, and the
+scheduler reuses a task it holds under a key). The worker function is dagster-dask's.
+Imported only when a scheduler is configured.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 import dagster as dg
 import dask.distributed
 from dagster._core.errors import raise_execution_interrupts
-from dagster._utils import iterate_with_context
+from dagster._core.execution.plan.active import ActiveExecution
 from dagster_dask.executor import DaskExecutor, get_dask_resource_requirements, query_on_dask_worker
 
 
@@ -33,12 +36,18 @@ class DaskStepExecutor(DaskExecutor):
             raise dg.DagsterInvariantViolationError(
                 "the Dask executor needs a persistent DagsterInstance (set DAGSTER_HOME)"
             )
-        futures: dict[str, Any] = {}
-        with dask.distributed.Client(self.address) as client:
-            for level in execution_plan.get_steps_to_execute_by_level():
-                for step in level:
-                    # the step's task waits for its inputs' tasks: dask orders them
-                    deps = [futures[k] for i in step.step_inputs for k in i.dependency_keys]
+        step_of: dict[str, str] = {}  # dask key -> step key
+        with (
+            dask.distributed.Client(self.address) as client,
+            ActiveExecution(execution_plan, retry_mode=self.retries) as active,
+        ):
+            done = dask.distributed.as_completed(with_results=True)
+            while True:
+                # steps whose inputs are ready, mapped steps included once their chunks are known
+                # (this also resolves them: `is_complete` does not, so it is asked only after)
+                for step in active.get_steps_to_execute():
+                    key = f"{plan_context.job_name}.{step.key}.{plan_context.run_id}"
+                    step_of[key] = step.key
                     task = partial(
                         query_on_dask_worker,
                         recon_job=plan_context.reconstructable_job,
@@ -46,18 +55,29 @@ class DaskStepExecutor(DaskExecutor):
                         run_config=plan_context.run_config,
                         step_keys=[step.key],
                         instance_ref=plan_context.instance.get_ref(),
-                        known_state=execution_plan.known_state,
+                        known_state=active.get_known_state(),
                     )
-                    futures[step.key] = client.submit(
-                        _run_step,
-                        task,
-                        deps,
-                        key=f"{plan_context.job_name}.{step.key}.{plan_context.run_id}",
-                        resources=get_dask_resource_requirements(step.tags),
+                    done.add(
+                        client.submit(
+                            _run_step,
+                            task,
+                            key=key,
+                            resources=get_dask_resource_requirements(step.tags),
+                        )
                     )
-            done = dask.distributed.as_completed(list(futures.values()), with_results=True)
-            for _, box in iterate_with_context(raise_execution_interrupts, done):
-                yield from box.events
+                yield from active.plan_events_iterator(plan_context)  # skipped, abandoned
+                if active.is_complete:
+                    break
+                if done.is_empty():
+                    raise dg.DagsterInvariantViolationError(
+                        "Dask executor: steps are left but none is ready or running"
+                    )
+                with raise_execution_interrupts():
+                    future, box = next(done)
+                for event in box.events:
+                    yield event
+                    active.handle_event(event)
+                active.verify_complete(plan_context, step_of[future.key])
 
 
 @dg.executor(
@@ -78,6 +98,6 @@ class _StepEvents:
         self.events = events
 
 
-def _run_step(task: partial, dependencies: list[Any]) -> _StepEvents:
-    """On a worker: run the step (`dependencies` only order the tasks)."""
-    return _StepEvents(list(task(dependencies)))
+def _run_step(task: partial) -> _StepEvents:
+    """On a worker: run the step (its inputs are ready: the executor submits it only then)."""
+    return _StepEvents(list(task([])))

@@ -1,10 +1,10 @@
-"""Which executor runs `ingest_job`'s steps: in process (the default), or a Dask cluster.
+"""Which executor runs the jobs' steps: in process (the default), or a Dask cluster.
 
 `LUMOS_DASK_SCHEDULER=tcp://host:8786` when the definitions are loaded selects Dagster's Dask
 executor (`pipelines/dask_executor.py`, the `cluster` extra) pointed at that scheduler: each step
-(ingest, replay, catalog) of each run is a task on a worker, so the runs of a backfill spread
-over the workers. Unset, steps run in the run's own process, as before, and dask is not imported.
-docs/dagster.md: the deployment.
+of each run is a task on a worker (`ingest_job`'s ingest, replay and catalog, so the runs of a
+backfill spread over the workers; `sweep_job`'s chunks of grid points). Unset, steps run in the
+run's own process, as before, and dask is not imported. docs/dagster.md: the deployment.
 """
 
 from __future__ import annotations

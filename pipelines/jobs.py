@@ -1,11 +1,11 @@
 """`ingest_job`: ingest one job partition and rebuild the catalog, in one run; `sweep_job`: run the
 sweeps of the grids folder into the `estimates` table.
 
-`ingest_job` takes the definitions' executor (`pipelines/executors.py`): in process unless
-`LUMOS_DASK_SCHEDULER` names a Dask scheduler. In process, its steps are small and sequential (the
-catalog waits for the ingest), so a subprocess per step would only add start-up cost; the
-parallelism is the process pool inside the ingest step, or, on Dask, the runs of a backfill on
-different workers. `sweep_job` stays in process: it is one step.
+Both take the definitions' executor (`pipelines/executors.py`): in process unless
+`LUMOS_DASK_SCHEDULER` names a Dask scheduler. In process, `ingest_job`'s steps are small and
+sequential (the catalog waits for the ingest), so a subprocess per step would only add start-up
+cost; the parallelism is the process pool inside the ingest step, or, on Dask, the runs of a
+backfill on different workers. On Dask, `sweep_job`'s chunks of grid points are its parallel steps.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ ingest_job = dg.define_asset_job(
 sweep_job = dg.define_asset_job(
     name="sweep_job",
     selection=dg.AssetSelection.assets(grid_sweeps),
-    executor_def=dg.in_process_executor,
     description="Sweep every grid file `<job>.yaml` of the grids folder (`LUMOS_GRIDS`) for its "
     "job into the `estimates` table.",
 )

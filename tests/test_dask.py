@@ -1,10 +1,11 @@
-"""A fleet backfill of `ingest_job` on a Dask cluster gives the replay tables of an in-process run.
+"""On a Dask cluster: a fleet backfill of `ingest_job` gives the replay tables of an in-process
+run, and a grid swept in chunks through `sweep_job` gives the in-process sweep's rows.
 
 Real parts throughout: a `distributed.LocalCluster` of two worker processes, a persistent Dagster
 instance (SQLite, the project's dagster.yaml) in a temporary DAGSTER_HOME, Dagster's Dask executor
-(dagster-dask, through `pipelines/executors.py`), real shared traces and two real warehouses. The
-expected tables are the in-process run's, the path `scripts/main.sh` takes; nothing is computed
-by the code under test.
+(through `pipelines/executors.py`), real shared traces and real warehouses. The expected tables
+are the in-process paths' (`scripts/main.sh`'s runs, `lumos sweep`'s `run_sweep`); nothing is
+computed by the code under test.
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ def test_executor_is_in_process_unless_a_scheduler_is_named(
     monkeypatch.setenv(DASK_SCHEDULER_ENV, "tcp://10.0.0.1:8786")
     defs = build_definitions(WarehouseResource())
     assert defs.resolve_job_def("ingest_job").executor_def.name == "dask_executor"
+    assert defs.resolve_job_def("sweep_job").executor_def.name == "dask_executor"
+    monkeypatch.delenv(DASK_SCHEDULER_ENV)
+    defs = build_definitions(WarehouseResource())
     assert defs.resolve_job_def("sweep_job").executor_def is dg.in_process_executor
 
 
@@ -145,3 +149,98 @@ def test_dask_backfill_gives_the_in_process_replay_tables(inbox: Path, tmp_path:
         want, got = _table(expected, name), _table(on_dask, name)
         assert set(want.column("job").to_pylist()) >= set(JOBS), name
         assert got.equals(want), f"{name}: {got.num_rows} rows on Dask, {want.num_rows} in process"
+
+
+# 16 grid points of a real H100 LLaMA run; the constraint removes dp 2 x tp 2 at each (layers,
+# micro_batch): 12 configurations. Chunks of 5 points: 4 chunk steps (5, 5, 5, 1 points).
+SWEEP_JOB = "llama_base"
+SWEEP_GRID = """grid:
+  layers: [4, 8]
+  micro_batch: [4, 8]
+  dp: [1, 2]
+  tp: [1, 2]
+constraints:
+  - dp * tp <= 2
+"""
+
+
+def _estimates(warehouse: Path, sweep_id: str) -> pa.Table:
+    """One sweep's `estimates` rows as written, in file order, without its id and time."""
+    (path,) = (warehouse / "estimates").glob(f"job=*/sweep={sweep_id}.parquet")
+    return pq.read_table(path).drop_columns(["sweep_id", "created_at"])
+
+
+def test_dask_sweep_in_chunks_gives_the_in_process_rows(
+    shared_traces: Path, tmp_path: Path
+) -> None:
+    _require_dask()
+    from distributed import Client, LocalCluster
+
+    from pipelines.sweep_grids import sweep_grid_file
+    from pipelines.sweep_run import run_sweeps
+    from warehouse.ingest import ingest
+
+    warehouse = tmp_path / "wh"
+    ingest([str(shared_traces / "gpu_h100" / SWEEP_JOB)], warehouse=warehouse, job=SWEEP_JOB)
+    grids = tmp_path / "grids"
+    grids.mkdir()
+    (grids / f"{SWEEP_JOB}.yaml").write_text(SWEEP_GRID)
+    # in process: the whole grid in one `run_sweep`, as `lumos sweep --grid` runs it
+    expected = sweep_grid_file(warehouse, grids / f"{SWEEP_JOB}.yaml")
+    assert (expected.n_points, len(expected.rows)) == (16, 12)
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(ROOT / "dagster.yaml", home / "dagster.yaml")
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        worker_pids = set(client.run(os.getpid).values())
+        run = run_sweeps(
+            dagster_home=home,
+            warehouse=warehouse,
+            grids=grids,
+            address=cluster.scheduler_address,
+            points_per_chunk=5,
+        )
+        # a grid whose job the warehouse does not hold: the run fails, naming the file
+        bad = tmp_path / "bad_grids"
+        bad.mkdir()
+        (bad / "gone.yaml").write_text(SWEEP_GRID)
+        failed = run_sweeps(
+            dagster_home=home, warehouse=warehouse, grids=bad, address=cluster.scheduler_address
+        )
+    assert run.success, run.error
+    assert not failed.success
+    assert "grid_sweeps.plan_sweeps" in failed.error and "gone.yaml: job 'gone'" in failed.error
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        steps = {
+            e.dagster_event.step_key: e.dagster_event.pid
+            for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)
+        }
+        (mat,) = [
+            e.asset_materialization
+            for e in instance.all_logs(
+                run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+            )
+        ]
+    chunks = sorted(k for k in steps if k.startswith("grid_sweeps.sweep_chunk["))
+    assert chunks == [f"grid_sweeps.sweep_chunk[grid0_{i}]" for i in (0, 10, 15, 5)], steps
+    assert set(steps) == {"grid_sweeps.plan_sweeps", "grid_sweeps.commit_sweeps", *chunks}
+    # every step, each chunk's estimates included, ran in a worker process of the cluster
+    assert set(steps.values()) <= worker_pids, (steps, worker_pids)
+    assert len({steps[k] for k in chunks}) == 2, "the chunks did not spread over both workers"
+
+    # committed once: one file per sweep, the chunks' rows in grid order equal to in process
+    files = sorted((warehouse / "estimates").glob("job=*/sweep=*.parquet"))
+    assert len(files) == 2, files
+    (dask_id,) = {f.stem.removeprefix("sweep=") for f in files} - {expected.sweep_id}
+    assert mat.metadata["sweep_ids"].value == dask_id
+    assert mat.metadata["chunks"].value == 4 and mat.metadata["configs"].value == 12
+    want, got = _estimates(warehouse, expected.sweep_id), _estimates(warehouse, dask_id)
+    assert want.num_rows == 12
+    assert got.equals(want), f"{got.num_rows} rows on Dask, {want.num_rows} in process"

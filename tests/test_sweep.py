@@ -366,3 +366,42 @@ def test_job_device_from_the_trace_and_mfu_in_estimates(examples, warehouse_dir,
     none = estimates_table("s", "gpt_cpu", preds, device=None).to_pylist()
     assert [r["mfu"] for r in none] == [None, None]
     assert [r["tokens_per_s"] for r in none] == [r["tokens_per_s"] for r in rows]
+
+
+def test_a_grid_swept_in_chunks_equals_the_whole_grid(examples, warehouse_dir, tmp_path):
+    """`grid_sweeps`' fan-out in this process: the chunks' rows, committed once, are the rows of
+    `lumos sweep`'s single `run_sweep`; a missing chunk or a bad chunk size is refused by name."""
+    import pyarrow.parquet as pq
+
+    from pipelines.sweep_grids import (
+        SweepFileError,
+        commit_sweeps,
+        plan_chunks,
+        sweep_chunk,
+        sweep_grid_file,
+    )
+    from warehouse.ingest import ingest
+
+    ingest([examples / "gpt_cpu"], warehouse=warehouse_dir, job="gpt_cpu")
+    grid = tmp_path / "gpt_cpu.yaml"
+    grid.write_text(GPT_CPU_GRID + "  pp: [1, 2]\nconstraints:\n  - dp * pp < 4\n")
+    whole = sweep_grid_file(warehouse_dir, grid)
+    chunks = plan_chunks(warehouse_dir, [grid], points_per_chunk=3)
+    # 16 points in chunks of 3: 0-3, 3-6, ..., 15-16
+    assert [(c.start, c.stop) for c in chunks] == [(i, min(i + 3, 16)) for i in range(0, 16, 3)]
+    results = [sweep_chunk(warehouse_dir, c) for c in reversed(chunks)]  # any order
+    (chunked,) = commit_sweeps(warehouse_dir, results)
+    assert (chunked.n_points, chunked.n_constrained, len(chunked.rows)) == (16, 4, 12)
+    assert (whole.n_points, whole.n_constrained, len(whole.rows)) == (16, 4, 12)
+
+    def stored(sweep_id: str):
+        (path,) = (warehouse_dir / "estimates").glob(f"job=*/sweep={sweep_id}.parquet")
+        return pq.read_table(path).drop_columns(["sweep_id", "created_at"])
+
+    assert stored(chunked.sweep_id).equals(stored(whole.sweep_id))
+
+    with pytest.raises(SweepFileError, match=r"gpt_cpu\.yaml: the chunks cover grid points"):
+        commit_sweeps(warehouse_dir, results[:2] + results[3:])
+    with pytest.raises(ValueError, match="points_per_chunk must be at least 1, got 0"):
+        plan_chunks(warehouse_dir, [grid], points_per_chunk=0)
+    assert len(list((warehouse_dir / "estimates").glob("job=*/sweep=*.parquet"))) == 2

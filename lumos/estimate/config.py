@@ -160,7 +160,9 @@ class ModelConfig:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # every field is a number, string or bool: a shallow dict is asdict's without its deep
+        # copies, which dominated building a large sweep's rows
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 # integer fields that may be 0 (none, or not known); every other one counts something

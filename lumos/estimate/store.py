@@ -62,14 +62,17 @@ def estimates_table(
 
 def write_estimates(
     wh: Any, sweep_id: str, job: str, preds: Sequence[Prediction], *, device: Device | None
-) -> None:
-    """Write one sweep's rows, make sure every job has its inferred configuration, refresh views."""
+) -> pa.Table:
+    """Write one sweep's rows, make sure every job has its inferred configuration, refresh views;
+    the rows written."""
     from warehouse.catalog import build_catalog
 
     path = wh.root / "estimates" / f"job={encode_job(job)}" / f"sweep={sweep_id}.parquet"
-    write_parquet_atomic(estimates_table(sweep_id, job, preds, device=device), path)
+    table = estimates_table(sweep_id, job, preds, device=device)
+    write_parquet_atomic(table, path)
     write_job_configs(wh)
     build_catalog(wh.root)
+    return table
 
 
 def write_job_configs(wh: Any) -> None:

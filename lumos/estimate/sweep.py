@@ -240,12 +240,12 @@ class Grid:
             n *= len(v)
         return n
 
-    def points(self) -> list[dict[str, Any]]:
-        """Every combination of the axes (before constraints)."""
+    def points(self, start: int = 0, stop: int | None = None) -> list[dict[str, Any]]:
+        """The combinations of the axes (before constraints), in product order; `start`/`stop`
+        take a slice of them (a chunk of a sweep that fans out)."""
         keys = list(self.axes)
-        return [
-            dict(zip(keys, vals, strict=True)) for vals in itertools.product(*self.axes.values())
-        ]
+        combos = itertools.islice(itertools.product(*self.axes.values()), start, stop)
+        return [dict(zip(keys, vals, strict=True)) for vals in combos]
 
 
 def _typed(key: str, value: Any, where: str) -> Any:
@@ -339,14 +339,14 @@ class SweepResult:
 
 
 def expand(
-    grid: Grid, est: Estimator
+    grid: Grid, est: Estimator, start: int = 0, stop: int | None = None
 ) -> tuple[list[ModelConfig], list[dict[str, float]], int, list[str]]:
     """The grid's valid configurations (constraints applied), their speed-ups, how many the
-    constraints removed and why others were invalid."""
+    constraints removed and why others were invalid; of the points `start:stop` only."""
     base = est.base.replace(**grid.base) if grid.base else est.base
     configs, speeds, invalid = [], [], []
     removed = 0
-    for point in grid.points():
+    for point in grid.points(start, stop):
         keys = {k: v for k, v in point.items() if not k.startswith(SPEEDUP_PREFIX)}
         speed = dict(grid.base_speedups)
         speed.update({k[len(SPEEDUP_PREFIX) :]: v for k, v in point.items() if k not in keys})
@@ -370,10 +370,14 @@ def expand(
     return configs, speeds, removed, invalid
 
 
-def run_sweep(est: Estimator, grid: Grid, job: str) -> SweepResult:
-    """Estimate every configuration of the grid (replayed in batches by structure)."""
+def run_sweep(
+    est: Estimator, grid: Grid, job: str, start: int = 0, stop: int | None = None
+) -> SweepResult:
+    """Estimate every configuration of the grid (replayed in batches by structure); of its
+    points `start:stop` only when given (a chunk: the chunks' predictions, in order, are the
+    whole grid's)."""
     t0 = time.perf_counter()
-    configs, speeds, removed, invalid = expand(grid, est)
+    configs, speeds, removed, invalid = expand(grid, est, start, stop)
     t1 = time.perf_counter()
     try:
         preds = est.predict(configs, speeds) if configs else []
@@ -393,7 +397,7 @@ def run_sweep(est: Estimator, grid: Grid, job: str) -> SweepResult:
         sweep_id=uuid.uuid4().hex[:12],
         job=job,
         predictions=preds,
-        n_points=grid.size,
+        n_points=len(range(grid.size)[start:stop]),
         n_constrained=removed,
         invalid=invalid,
         seconds=t2 - t0,

@@ -1,52 +1,79 @@
 """`grid_sweeps`: run every sweep declared in the grids folder into the `estimates` table.
 
-The folder is the resource's `grids` (`LUMOS_GRIDS`, default `./lumos_grids`); each `<job>.yaml`
-in it is a `lumos sweep` grid file for the warehouse job `<job>` (the grid parser has no `job:`
-key, so the job is the file name). The work is `pipelines.sweep_grids.sweep_grid_file`, i.e. the
-functions `lumos sweep` calls; each file's best is ranked as `lumos sweep` ranks it (its
-`order:`, tokens per second by default, those that do not fit last), and the best of all files
-the same way (by tokens per second unless every file asks for one other order). A bad grid file,
-or one naming a job the warehouse does not hold, fails the run with a message naming the file;
-nothing of a failing run's later files is written. Each swept job's HTML report (`lumos report
---job`, without Perfetto exports) is written to the resource's reports folder; the best job's is
-the materialisation's `report`, its newest sweep's figure the `preview`.
+Each `<job>.yaml` of the resource's `grids` folder (`LUMOS_GRIDS`) is a `lumos sweep` grid file
+for the warehouse job `<job>` (the parser has no `job:` key). A graph-backed asset: `plan_sweeps`
+checks every file and its job and cuts each grid into chunks of points (one dynamic output per
+chunk), `sweep_chunk` estimates a chunk (a step each: on a Dask worker when the job's executor is
+Dask), `commit_sweeps` writes each file's rows once, ranks them as `lumos sweep` does, writes the
+swept jobs' HTML reports and the metadata. A bad file, or one naming a job the warehouse does not
+hold, fails the run naming the file, with nothing written. Why chunks are dynamic outputs, not
+partitions: docs/dagster.md.
 """
 
 # No `from __future__ import annotations`: Dagster reads the parameter annotations at runtime.
 
-import time
+from collections.abc import Iterator
 
 import dagster as dg
 
 from pipelines.assets.catalog import warehouse_catalog
 from pipelines.resources import WarehouseResource
+from pipelines.sweep_grids import DEFAULT_CHUNK_POINTS, ChunkResult, SweepChunk
 
 
-@dg.asset(
-    deps=[warehouse_catalog],
-    group_name="estimate",
-    kinds={"parquet", "numba"},
-    description="Every grid file `<job>.yaml` of the grids folder swept for its job into the "
-    "`estimates` table (one sweep_id per file).",
-)
-def grid_sweeps(
-    context: dg.AssetExecutionContext, lumos: WarehouseResource
-) -> dg.MaterializeResult:
-    from lumos.estimate.sweep import DEFAULT_ORDER, GridError, load_grid, rank_rows
+class SweepChunking(dg.Config):
+    """How many grid points one `sweep_chunk` step estimates."""
+
+    points_per_chunk: int = DEFAULT_CHUNK_POINTS
+
+
+@dg.op(ins={"catalog": dg.In(dg.Nothing)}, out=dg.DynamicOut(SweepChunk))
+def plan_sweeps(
+    config: SweepChunking, lumos: WarehouseResource
+) -> Iterator[dg.DynamicOutput[SweepChunk]]:
+    """Every grid file checked (its job's estimator cache built once), its points in chunks."""
+    from pipelines.sweep_grids import SweepFileError, grid_files, plan_chunks
+
+    try:
+        chunks = plan_chunks(
+            lumos.warehouse_path, grid_files(lumos.grids_path), config.points_per_chunk
+        )
+    except (SweepFileError, ValueError) as exc:
+        raise dg.Failure(description=str(exc)) from None
+    for chunk in chunks:
+        yield dg.DynamicOutput(chunk, mapping_key=chunk.key)
+
+
+@dg.op
+def sweep_chunk(chunk: SweepChunk, lumos: WarehouseResource) -> ChunkResult:
+    """One chunk's configurations estimated (the numba sweep in bulk)."""
+    from pipelines.sweep_grids import SweepFileError
+    from pipelines.sweep_grids import sweep_chunk as estimate_chunk
+
+    try:
+        return estimate_chunk(lumos.warehouse_path, chunk)
+    except SweepFileError as exc:
+        raise dg.Failure(description=str(exc)) from None
+
+
+@dg.op(out=dg.Out(dg.Nothing))
+def commit_sweeps(
+    context: dg.OpExecutionContext, results: list[ChunkResult], lumos: WarehouseResource
+) -> None:
+    """The chunks' rows written to `estimates` (one sweep_id per file), the best of each file
+    and of all as `lumos sweep` ranks them, the swept jobs' reports, the asset's metadata."""
+    from lumos.estimate.sweep import DEFAULT_ORDER, rank_rows
     from lumos.report.files import safe_name, write_job_report
     from pipelines.report_metadata import report_metadata
-    from pipelines.sweep_grids import SweepFileError, grid_files, sweep_grid_file
+    from pipelines.sweep_grids import SweepFileError
+    from pipelines.sweep_grids import commit_sweeps as commit
     from warehouse.handle import WarehouseHandle
 
-    started = time.perf_counter()
     try:
-        files = grid_files(lumos.grids_path)
-        # all files are checked before anything is written: one bad file fails the run cleanly
-        for path in files:
-            load_grid(path)
-        sweeps = [sweep_grid_file(lumos.warehouse_path, path) for path in files]
-    except (SweepFileError, GridError) as exc:
+        sweeps = commit(lumos.warehouse_path, results)
+    except SweepFileError as exc:
         raise dg.Failure(description=str(exc)) from None
+
     orders = {s.ranking for s in sweeps}
     order = orders.pop() if len(orders) == 1 else DEFAULT_ORDER
     top = sweeps[rank_rows([s.best_row() for s in sweeps], order)[0]]
@@ -59,7 +86,7 @@ def grid_sweeps(
     )
     for s in sweeps:
         context.log.info(f"{s.path}: {len(s.rows)} configurations, sweep_id {s.sweep_id}")
-    seconds = round(time.perf_counter() - started, 3)  # the sweeps, not their reports
+    seconds = round(sum(s.seconds for s in sweeps), 3)  # the estimates, not their reports
     wh = WarehouseHandle.open(lumos.warehouse_path)
     reports = {
         job: write_job_report(
@@ -69,8 +96,8 @@ def grid_sweeps(
         for job in dict.fromkeys(s.job for s in sweeps)
     }  # fmt: skip
     listed = "\n".join(f"- `{job}`: `{r.html}`" for job, r in reports.items())
-    return dg.MaterializeResult(
-        metadata={
+    context.add_output_metadata(
+        {
             **report_metadata(reports[best[0].job]),
             "reports": dg.MetadataValue.md(listed),
             "grids": len(sweeps),
@@ -84,8 +111,21 @@ def grid_sweeps(
             "best": _describe(best[1], best[0].keys),
             "sweep_ids": ",".join(s.sweep_id for s in sweeps),
             "sweeps": dg.MetadataValue.md(summary),
+            "chunks": len(results),
         }
     )
+
+
+@dg.graph_asset(
+    name="grid_sweeps",
+    ins={"warehouse_catalog": dg.AssetIn(key=warehouse_catalog.key, dagster_type=dg.Nothing)},
+    group_name="estimate",
+    kinds={"parquet", "numba"},
+    description="Every grid file `<job>.yaml` of the grids folder swept for its job into the "
+    "`estimates` table (one sweep_id per file), in chunks of grid points.",
+)
+def grid_sweeps(warehouse_catalog):  # noqa: ANN001, ANN201 (a graph's composition function)
+    return commit_sweeps(plan_sweeps(warehouse_catalog).map(sweep_chunk).collect())
 
 
 def _describe(row: dict, keys: list[str]) -> str:
