@@ -1,13 +1,13 @@
 """A local warehouse mirroring one pinned version of an S3 warehouse, where `lumos replay`,
 `estimate` and `sweep` compute as they do on a local one (their SQL, kernels and caches unchanged).
 
-The mirror holds the manifest's rows of the chosen jobs as of one Delta version, their data
-files, and the latest result files (`warehouse.lake_results`); it lives in the cache folder
-(`warehouse.location.cache_folder`), keyed by the URI, the manifest version and the jobs, so a
-later run on the same version downloads nothing again and the estimator's templates built there
-stay valid. Built in a temporary folder and renamed: a killed build leaves no mirror. What a
-command writes into the mirror's result folders is committed back by `publish` (files, then one
-Delta commit): nothing it did is visible on S3 before that commit.
+The manifest's rows of the chosen jobs as of one Delta version and their data files are copied
+once into the cache folder (`warehouse.location.cache_folder`), keyed by the URI, the jobs and the
+version, with the estimator's templates built from them. Each run works in a private folder
+beside it: the data files hard-linked, the templates folder shared, the latest committed result
+files (`warehouse.lake_results`) downloaded; what the run writes there is committed back by
+`publish` (files, then one Delta commit), and the folder is removed at the end, so a killed or
+failed run leaves nothing another run would take for committed.
 """
 
 from __future__ import annotations
@@ -17,27 +17,32 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from warehouse.lake import LakeManifest
 from warehouse.lake_files import LakeFiles
-from warehouse.lake_results import LakeResults, file_sha256
+from warehouse.lake_results import LakeResults
 from warehouse.layout import Layout, decode_job, trace_meta_relative
 from warehouse.location import cache_folder
 
 __all__ = ["Mirror", "mirror"]
 
-# a mirror of an older manifest version is removed once this old (another process may still be
-# computing in it)
+# a copy of an older manifest version (or a dead run's folder) is removed once this old
 STALE_AFTER_S = 3600.0
+# the folders of the shared copy a run links to: the data (hard links) and the templates (one
+# folder, so that what one run's estimator learns serves the next)
+_DATA = ("manifest", "events", "trace_meta")
+_SHARED = "estimate_templates"
 
 
 @dataclass(frozen=True)
 class Mirror:
-    """A local copy of an S3 warehouse (`uri`) at `root`, and its result files as they were when
-    it was handed out (relative path -> (size, mtime_ns)), which `publish` compares against."""
+    """A run's local warehouse at `root` for the S3 warehouse `uri` (manifest `version`), and its
+    result files as they were when it was handed out (relative path -> (size, mtime_ns)), which
+    `publish` compares against."""
 
     uri: str
     root: Path
@@ -51,26 +56,57 @@ class Mirror:
         return LakeResults.at(self.uri).commit(self.root, sorted(changed))
 
 
-def mirror(uri: str, jobs: Sequence[str] | None = None) -> Mirror:
-    """A local warehouse holding `jobs` (None: every job) of the S3 warehouse `uri` at its latest
-    manifest version, with their latest result files."""
+@contextmanager
+def mirror(uri: str, jobs: Sequence[str] | None = None) -> Iterator[Mirror]:
+    """A private local warehouse holding `jobs` (None: every job) of the S3 warehouse `uri` at
+    its latest manifest version, with their latest committed result files; removed at the end
+    (`Mirror.publish` first, to keep what was written)."""
     from warehouse.catalog import build_catalog
+    from warehouse.handle import WarehouseNotFound
 
     lake = LakeManifest.at(uri)
-    version = lake.version()
+    try:
+        version = lake.version()
+    except Exception as exc:  # deltalake's TableNotFoundError, or no such bucket
+        raise WarehouseNotFound(
+            f"{lake.uri}: no lumos warehouse here (no manifest table; run `lumos ingest PATH... "
+            f"--warehouse {lake.uri}` first): {exc}"
+        ) from exc
     manifest = lake.read(version)
     wanted = None if jobs is None else set(jobs)
     rows = [r for r in manifest.rows if wanted is None or r["job"] in wanted]
     selection = "all" if wanted is None else "\n".join(sorted(wanted))
     key = hashlib.sha256(f"{lake.uri}\n{selection}".encode()).hexdigest()[:16]
     home = cache_folder() / "lake" / key
-    root = home / f"manifest-v{version}"
-    if not root.is_dir():
-        _build(lake, rows, home, root)
-        _remove_stale(home, keep=root)
-    _sync_results(LakeResults.at(lake.uri), root, {r["job"] for r in rows})
-    build_catalog(root)
-    return Mirror(lake.uri, root, version, _result_files(root))
+    shared = home / f"manifest-v{version}"
+    if not shared.is_dir():
+        _build(lake, rows, home, shared)
+    _remove_stale(home, keep=shared)
+    run = home / f"run-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    try:
+        _link_tree(shared, run)
+        _download_results(LakeResults.at(lake.uri), run, {r["job"] for r in rows})
+        build_catalog(run)
+        yield Mirror(lake.uri, run, version, _result_files(run))
+    finally:
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def _link_tree(shared: Path, run: Path) -> None:
+    """The run's folder: the shared copy's data files hard-linked (copied where links cannot be
+    made), its templates folder linked."""
+    for folder in _DATA:
+        for path in (shared / folder).rglob("*"):
+            if path.is_dir():
+                continue
+            target = run / path.relative_to(shared)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(path, target)
+            except OSError:
+                shutil.copy2(path, target)
+    (shared / _SHARED).mkdir(exist_ok=True)
+    (run / _SHARED).symlink_to(shared / _SHARED, target_is_directory=True)
 
 
 def _build(lake: LakeManifest, rows: list[dict], home: Path, root: Path) -> None:
@@ -105,25 +141,38 @@ def _build(lake: LakeManifest, rows: list[dict], home: Path, root: Path) -> None
 
 
 def _remove_stale(home: Path, keep: Path) -> None:
+    """Remove the folders of runs (and builds) whose process is gone, and the copies of older
+    manifest versions unused for `STALE_AFTER_S`."""
     now = time.time()
     for old in home.iterdir():
-        if old != keep and now - old.stat().st_mtime > STALE_AFTER_S:
+        if old == keep:
+            continue
+        if old.name.startswith(("run-", ".build-")):
+            pid = old.name.split("-")[1]
+            if pid.isdigit() and not _running(int(pid)):
+                shutil.rmtree(old, ignore_errors=True)
+        elif now - old.stat().st_mtime > STALE_AFTER_S:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def _sync_results(results: LakeResults, root: Path, jobs: set[str]) -> None:
-    """Make the mirror's result files those of the latest results version, for `jobs`."""
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _download_results(results: LakeResults, root: Path, jobs: set[str]) -> None:
+    """The latest committed result files of `jobs`, at their local paths under `root`."""
     files = results.files
     for relative, row in results.latest().items():
-        if row["job"] not in jobs:
-            continue
-        target = root / relative
-        if target.is_file() and file_sha256(target) == row["sha256"]:
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp")
-        files.get(row["key"], str(tmp))
-        os.replace(tmp, target)
+        if row["job"] in jobs:
+            target = root / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            files.get(row["key"], str(target))
 
 
 def _result_files(root: Path) -> dict[str, tuple[int, int]]:

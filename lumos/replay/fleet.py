@@ -117,7 +117,7 @@ class JobOutcome:
 
 @dataclass
 class FleetReport:
-    root: Path  # the warehouse replayed
+    root: Path | str  # the warehouse replayed (a directory, or an s3:// URI)
     outcomes: list[JobOutcome]
     seconds: float
 
@@ -366,21 +366,17 @@ def replay_fleet(
 
 def _replay_lake(uri: str, jobs: Sequence[str] | None, **options: object) -> FleetReport:
     """`replay_fleet` on the S3 warehouse `uri`: in a local mirror of it (the jobs' files and
-    stored results), then the files the replay wrote there committed back as one commit."""
-    from warehouse.catalog import build_catalog
-    from warehouse.handle import WarehouseNotFound
-    from warehouse.lake_catalog import exists
+    stored results), then the files the replay wrote there committed back as one commit. The
+    report's root is `uri`; every outcome carries its job's replay_quality rows."""
     from warehouse.lake_mirror import mirror
 
-    if not exists(uri):
-        raise WarehouseNotFound(
-            f"{uri}: no lumos warehouse here (no manifest table; run `lumos ingest PATH... "
-            f"--warehouse {uri}` first)"
-        )
     # only the named jobs' files are copied; windows (`<job>/steps-N`) need every job's rows
-    local = mirror(uri, None if jobs is None or options.get("with_windows") else jobs)
-    report = replay_fleet(local.root, jobs, **options)  # type: ignore[arg-type]
-    if report.count("replayed") or report.count("failed"):
-        build_catalog(local.root)
-    local.publish()
+    selection = None if jobs is None or options.get("with_windows") else jobs
+    with mirror(uri, selection) as local:
+        report = replay_fleet(local.root, jobs, **options)  # type: ignore[arg-type]
+        for o in report.outcomes:
+            if o.quality is None and not o.failed:
+                o.quality = stored_quality(local.root, o.job)
+        local.publish()
+    report.root = uri  # type: ignore[assignment]
     return report

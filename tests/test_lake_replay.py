@@ -1,0 +1,191 @@
+"""Replay, estimate and sweep on an S3 warehouse (issue 38), against a real local S3 server
+(moto's server mode, tests/conftest.py) and the real command line: the same traces give on S3 the
+replay tables, `lumos status` and the estimates of a local warehouse; a replay killed after
+uploading its result files and before its Delta commit leaves nothing visible, and the next one
+completes; a replay run again commits nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.cli_run import ROOT, lumos
+
+# the replay's answers compared between warehouses (run times and dates left out)
+REPLAY_QUERIES = (
+    "select * from iteration_replay order by all",
+    "select * from replay_quality order by all",
+    "select job, inputs_sha256, code_sha256, status, error, explained, n_ranks, n_tasks "
+    "from replay_runs order by all",
+    "select job, rank, mode, count(*), sum(start_ns), sum(end_ns), sum(crit_src) "
+    "from schedules group by all order by all",
+    "select * from breakdown order by all",
+)
+ESTIMATE_QUERIES = (
+    "select * exclude (sweep_id, created_at) from estimates order by all",
+    "select * exclude (inferred_at) from job_configs order by all",
+    "select * exclude (sweep_id, created_at) from estimate_vs_measured order by all",
+)
+GRID = ROOT / "examples" / "grids" / "gpt_cpu.yaml"
+
+
+@pytest.fixture(scope="module")
+def inputs(examples: Path) -> list[str]:
+    """A CPU job of three steps (the estimate's base) and one rank of a GPU job."""
+    return [str(examples / "gpt_cpu"), str(examples / "nccl_a100")]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The mirrors of the S3 warehouses in a folder of the test's own."""
+    return {"LUMOS_CACHE": str(tmp_path_factory.mktemp("cache"))}
+
+
+@pytest.fixture(scope="module")
+def local_wh(inputs: list[str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wh = tmp_path_factory.mktemp("local") / "wh"
+    for args in (("ingest", *inputs), ("replay",)):
+        res = lumos(*args, "--warehouse", str(wh), "-q")
+        assert res.returncode == 0, res.stderr
+    return wh
+
+
+@pytest.fixture(scope="module")
+def s3_wh(s3_server: str, inputs: list[str], cache: dict[str, str]) -> tuple[str, dict]:
+    """An S3 warehouse (a fresh bucket) holding `inputs`, not replayed; and its environment."""
+    import boto3
+
+    env = {
+        "AWS_ENDPOINT_URL": s3_server,
+        "AWS_ACCESS_KEY_ID": "lumos-test",
+        "AWS_SECRET_ACCESS_KEY": "lumos-test",
+        "AWS_REGION": "us-east-1",
+        **cache,
+    }
+    bucket = f"lumos-{uuid.uuid4().hex[:12]}"
+    boto3.client(
+        "s3",
+        endpoint_url=s3_server,
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_REGION"],
+    ).create_bucket(Bucket=bucket)
+    uri = f"s3://{bucket}/wh"
+    res = lumos("ingest", *inputs, "--warehouse", uri, "-q", env=env)
+    assert res.returncode == 0, res.stderr
+    return uri, env
+
+
+def _answers(wh: str | Path, env: dict[str, str], queries: tuple[str, ...]) -> list[list[tuple]]:
+    """The queries' rows on `wh`, read through `lumos sql --format json`."""
+    out = []
+    for q in queries:
+        res = lumos("sql", q, "--warehouse", str(wh), "--format", "json", env=env)
+        assert res.returncode == 0, f"{q}: {res.stderr}"
+        out.append([tuple(r.values()) for r in json.loads(res.stdout)])
+    return out
+
+
+def _replay_states(uri: str, env: dict[str, str]) -> dict[str, str]:
+    """Where each job's replay stands, as `lumos status` says (through the notebook API)."""
+    from lumos.api import Warehouse
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        jobs = Warehouse.open(uri, object_store=True).status()["jobs"]
+        return dict(zip(jobs["job"], jobs["replay"], strict=True))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _results_version(uri: str, env: dict[str, str]) -> int:
+    from deltalake import DeltaTable
+
+    from warehouse.lake import storage_options
+
+    return DeltaTable(f"{uri}/results", storage_options=storage_options(env)).version()
+
+
+# A replay killed between the upload of its result files and their Delta commit: the put of the
+# first result file is followed by SIGKILL (argv: the warehouse URI).
+_KILLED = """
+import os, signal, sys
+from warehouse import lake_files
+from lumos.replay.fleet import replay_fleet
+put = lake_files.LakeFiles.put
+def put_then_die(self, local, relative):
+    put(self, local, relative)
+    if relative.startswith("results/"):
+        os.kill(os.getpid(), signal.SIGKILL)
+lake_files.LakeFiles.put = put_then_die
+replay_fleet(sys.argv[1])
+"""
+
+
+def test_replay_on_s3_gives_the_local_tables_and_a_killed_one_leaves_nothing(
+    s3_wh: tuple[str, dict], local_wh: Path
+) -> None:
+    uri, env = s3_wh
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED, uri],
+        cwd=ROOT,
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+        timeout=240,
+    )
+    assert killed.returncode == -9
+    assert _replay_states(uri, env) == {"gpt_cpu": "none", "nccl_a100": "none"}
+    res = lumos("sql", "select * from iteration_replay", "--warehouse", uri, env=env)
+    assert res.returncode == 1 and "iteration_replay does not exist" in res.stderr, res.stderr
+
+    res = lumos("replay", "--warehouse", uri, env=env)
+    assert res.returncode == 0, res.stderr
+    assert "2 job(s): 2 replayed, 0 failed" in res.stdout, res.stdout
+    local = lumos("replay", "--warehouse", str(local_wh), "--force")
+    # the table printed: the same figures
+    assert res.stdout.splitlines()[:-1] == local.stdout.splitlines()[:-1]
+    theirs = _answers(uri, env, REPLAY_QUERIES)
+    assert theirs == _answers(local_wh, {}, REPLAY_QUERIES)
+    assert len(theirs[0]) > 0 and {r[0] for r in theirs[2]} == {"gpt_cpu", "nccl_a100"}
+    s3_status = lumos("status", "--warehouse", uri, env=env)
+    local_status = lumos("status", "--warehouse", str(local_wh))
+    assert s3_status.stdout.replace(uri, str(local_wh)) == local_status.stdout
+    assert _replay_states(uri, env) == {"gpt_cpu": "ok", "nccl_a100": "ok"}
+
+    # current: skipped, and no commit
+    version = _results_version(uri, env)
+    again = lumos("replay", "--warehouse", uri, env=env)
+    assert "0 replayed, 2 current" in again.stdout, again.stdout
+    assert _results_version(uri, env) == version
+
+
+def test_estimate_and_sweep_on_s3_give_the_local_figures(
+    s3_wh: tuple[str, dict], local_wh: Path
+) -> None:
+    uri, env = s3_wh
+    target = ("estimate", "--job", "gpt_cpu", "--set", "layers=4", "dp=2", "--json")
+    mine = lumos(*target, "--warehouse", uri, env=env)
+    assert mine.returncode == 0, mine.stderr
+    assert json.loads(mine.stdout) == json.loads(
+        lumos(*target, "--warehouse", str(local_wh)).stdout
+    )
+
+    for wh, e in ((uri, env), (str(local_wh), {})):
+        res = lumos("sweep", "--job", "gpt_cpu", "--grid", str(GRID), "--warehouse", wh, env=e)
+        assert res.returncode == 0 and "wrote 30 rows to estimates" in res.stdout, res.stderr
+    theirs = _answers(uri, env, ESTIMATE_QUERIES)
+    assert theirs == _answers(local_wh, {}, ESTIMATE_QUERIES)
+    assert len(theirs[0]) == 30 and len(theirs[2]) == 1  # the base's own configuration
+
+    res = lumos("estimate", "--job", "gpt_cpu", "--warehouse", f"{uri}-none", env=env)
+    assert res.returncode == 2 and f"{uri}-none: no lumos warehouse here" in res.stderr
