@@ -189,3 +189,45 @@ def test_estimate_and_sweep_on_s3_give_the_local_figures(
 
     res = lumos("estimate", "--job", "gpt_cpu", "--warehouse", f"{uri}-none", env=env)
     assert res.returncode == 2 and f"{uri}-none: no lumos warehouse here" in res.stderr
+
+
+def test_dagster_ingest_and_replay_on_s3_give_the_local_tables(
+    s3_wh: tuple[str, dict],
+    local_wh: Path,
+    examples: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ingest job's assets (ingest, checks, replay, catalog) on another prefix of the bucket,
+    in process: the replay tables of the job are the local warehouse's."""
+    from pipelines.assets.catalog import warehouse_catalog
+    from pipelines.assets.ingest import trace_events
+    from pipelines.assets.replay import job_replay
+    from pipelines.checks import trace_events_checks
+    from pipelines.checks_replay import replay_accuracy
+    from tests.dagster_run import materialize_job
+
+    uri, env = s3_wh
+    uri = f"{uri}-dagster"
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    res = materialize_job(
+        [trace_events, trace_events_checks, job_replay, replay_accuracy, warehouse_catalog],
+        "gpt_cpu",
+        examples,
+        uri,  # type: ignore[arg-type]
+        raise_on_error=False,
+    )
+    assert res.success, [e.message for e in res.all_events if e.is_failure]
+    checks = {c.check_name: c.passed for c in res.get_asset_check_evaluations()}
+    assert checks == {
+        "ranks_complete": True,
+        "no_refused_files": True,
+        "has_events": True,
+        "replay_accuracy": True,
+    }
+    mine = [[r for r in rows if r[0] == "gpt_cpu"] for rows in _answers(uri, env, REPLAY_QUERIES)]
+    local = [
+        [r for r in rows if r[0] == "gpt_cpu"] for rows in _answers(local_wh, {}, REPLAY_QUERIES)
+    ]
+    assert mine == local and len(mine[0]) > 0

@@ -27,6 +27,7 @@ from warehouse.lake_files import LakeFiles
 from warehouse.lake_results import LakeResults
 from warehouse.layout import Layout, decode_job, trace_meta_relative
 from warehouse.location import cache_folder
+from warehouse.windows import windows_of
 
 __all__ = ["Mirror", "mirror"]
 
@@ -57,10 +58,13 @@ class Mirror:
 
 
 @contextmanager
-def mirror(uri: str, jobs: Sequence[str] | None = None) -> Iterator[Mirror]:
-    """A private local warehouse holding `jobs` (None: every job) of the S3 warehouse `uri` at
-    its latest manifest version, with their latest committed result files; removed at the end
-    (`Mirror.publish` first, to keep what was written)."""
+def mirror(
+    uri: str, jobs: Sequence[str] | None = None, *, with_windows: bool = False
+) -> Iterator[Mirror]:
+    """A private local warehouse holding `jobs` (None: every job; `with_windows`: and their later
+    profiling windows, `<job>/steps-N`) of the S3 warehouse `uri` at its latest manifest version,
+    with their latest committed result files; removed at the end (`Mirror.publish` first, to
+    keep what was written)."""
     from warehouse.catalog import build_catalog
     from warehouse.handle import WarehouseNotFound
 
@@ -74,6 +78,9 @@ def mirror(uri: str, jobs: Sequence[str] | None = None) -> Iterator[Mirror]:
         ) from exc
     manifest = lake.read(version)
     wanted = None if jobs is None else set(jobs)
+    if wanted is not None and with_windows:
+        names = {r["job"] for r in manifest.rows}
+        wanted |= {w for job in list(wanted) for w in windows_of(job, names)}
     rows = [r for r in manifest.rows if wanted is None or r["job"] in wanted]
     selection = "all" if wanted is None else "\n".join(sorted(wanted))
     key = hashlib.sha256(f"{lake.uri}\n{selection}".encode()).hexdigest()[:16]

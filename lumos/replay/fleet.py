@@ -370,9 +370,8 @@ def _replay_lake(uri: str, jobs: Sequence[str] | None, **options: object) -> Fle
     report's root is `uri`; every outcome carries its job's replay_quality rows."""
     from warehouse.lake_mirror import mirror
 
-    # only the named jobs' files are copied; windows (`<job>/steps-N`) need every job's rows
-    selection = None if jobs is None or options.get("with_windows") else jobs
-    with mirror(uri, selection) as local:
+    # only the named jobs' files are copied (with their windows, `<job>/steps-N`, if asked for)
+    with mirror(uri, jobs, with_windows=bool(options.get("with_windows"))) as local:
         report = replay_fleet(local.root, jobs, **options)  # type: ignore[arg-type]
         for o in report.outcomes:
             if o.quality is None and not o.failed:
