@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -48,17 +50,24 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def local_wh(inputs: list[str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+def local_replay(inputs: list[str], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A local warehouse of `inputs`, replayed; and what `lumos replay` printed."""
     wh = tmp_path_factory.mktemp("local") / "wh"
-    for args in (("ingest", *inputs), ("replay",)):
-        res = lumos(*args, "--warehouse", str(wh), "-q")
-        assert res.returncode == 0, res.stderr
-    return wh
+    res = lumos("ingest", *inputs, "--warehouse", str(wh), "-q")
+    assert res.returncode == 0, res.stderr
+    res = lumos("replay", "--warehouse", str(wh))
+    assert res.returncode == 0, res.stderr
+    return wh, res.stdout
 
 
 @pytest.fixture(scope="module")
-def s3_wh(s3_server: str, inputs: list[str], cache: dict[str, str]) -> tuple[str, dict]:
-    """An S3 warehouse (a fresh bucket) holding `inputs`, not replayed; and its environment."""
+def local_wh(local_replay: tuple[Path, str]) -> Path:
+    return local_replay[0]
+
+
+@pytest.fixture(scope="module")
+def bucket(s3_server: str, cache: dict[str, str]) -> tuple[str, dict]:
+    """A fresh bucket on the local server, and the environment that reaches it."""
     import boto3
 
     env = {
@@ -76,37 +85,51 @@ def s3_wh(s3_server: str, inputs: list[str], cache: dict[str, str]) -> tuple[str
         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
         region_name=env["AWS_REGION"],
     ).create_bucket(Bucket=bucket)
-    uri = f"s3://{bucket}/wh"
+    return bucket, env
+
+
+@pytest.fixture(scope="module")
+def s3_wh(bucket: tuple[str, dict], inputs: list[str]) -> tuple[str, dict]:
+    """An S3 warehouse holding `inputs`, not replayed; and its environment."""
+    name, env = bucket
+    uri = f"s3://{name}/wh"
     res = lumos("ingest", *inputs, "--warehouse", uri, "-q", env=env)
     assert res.returncode == 0, res.stderr
     return uri, env
 
 
-def _answers(wh: str | Path, env: dict[str, str], queries: tuple[str, ...]) -> list[list[tuple]]:
-    """The queries' rows on `wh`, read through `lumos sql --format json`."""
-    out = []
-    for q in queries:
-        res = lumos("sql", q, "--warehouse", str(wh), "--format", "json", env=env)
-        assert res.returncode == 0, f"{q}: {res.stderr}"
-        out.append([tuple(r.values()) for r in json.loads(res.stdout)])
-    return out
-
-
-def _replay_states(uri: str, env: dict[str, str]) -> dict[str, str]:
-    """Where each job's replay stands, as `lumos status` says (through the notebook API)."""
+@contextmanager
+def _warehouse(wh: str | Path, env: dict[str, str]) -> Iterator[object]:
+    """`wh` opened in this process through the notebook API, with `env` set meanwhile."""
     from lumos.api import Warehouse
 
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        jobs = Warehouse.open(uri, object_store=True).status()["jobs"]
-        return dict(zip(jobs["job"], jobs["replay"], strict=True))
+        yield Warehouse.open(wh, object_store=True)
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _answers(wh: str | Path, env: dict[str, str], queries: tuple[str, ...]) -> list[list[tuple]]:
+    """The queries' rows on `wh` (one connection: one snapshot)."""
+    with _warehouse(wh, env) as opened:
+        con = opened.connect()
+        try:
+            return [con.sql(q).fetchall() for q in queries]
+        finally:
+            con.close()
+
+
+def _replay_states(uri: str, env: dict[str, str]) -> dict[str, str]:
+    """Where each job's replay stands, as `lumos status` says."""
+    with _warehouse(uri, env) as opened:
+        jobs = opened.status()["jobs"]
+        return dict(zip(jobs["job"], jobs["replay"], strict=True))
 
 
 def _results_version(uri: str, env: dict[str, str]) -> int:
@@ -134,9 +157,10 @@ replay_fleet(sys.argv[1])
 
 
 def test_replay_on_s3_gives_the_local_tables_and_a_killed_one_leaves_nothing(
-    s3_wh: tuple[str, dict], local_wh: Path
+    s3_wh: tuple[str, dict], local_replay: tuple[Path, str]
 ) -> None:
     uri, env = s3_wh
+    local_wh, local_printed = local_replay
     killed = subprocess.run(
         [sys.executable, "-c", _KILLED, uri],
         cwd=ROOT,
@@ -151,9 +175,8 @@ def test_replay_on_s3_gives_the_local_tables_and_a_killed_one_leaves_nothing(
     res = lumos("replay", "--warehouse", uri, env=env)
     assert res.returncode == 0, res.stderr
     assert "2 job(s): 2 replayed, 0 failed" in res.stdout, res.stdout
-    local = lumos("replay", "--warehouse", str(local_wh), "--force")
     # the table printed: the same figures
-    assert res.stdout.splitlines()[:-1] == local.stdout.splitlines()[:-1]
+    assert res.stdout.splitlines()[:-1] == local_printed.splitlines()[:-1]
     theirs = _answers(uri, env, REPLAY_QUERIES)
     assert theirs == _answers(local_wh, {}, REPLAY_QUERIES)
     assert len(theirs[0]) > 0 and {r[0] for r in theirs[2]} == {"gpt_cpu", "nccl_a100"}
@@ -192,7 +215,7 @@ def test_estimate_and_sweep_on_s3_give_the_local_figures(
 
 
 def test_dagster_ingest_and_replay_on_s3_give_the_local_tables(
-    s3_wh: tuple[str, dict],
+    bucket: tuple[str, dict],
     local_wh: Path,
     examples: Path,
     tmp_path: Path,
@@ -207,8 +230,8 @@ def test_dagster_ingest_and_replay_on_s3_give_the_local_tables(
     from pipelines.checks_replay import replay_accuracy
     from tests.dagster_run import materialize_job
 
-    uri, env = s3_wh
-    uri = f"{uri}-dagster"
+    name, env = bucket
+    uri = f"s3://{name}/dagster"
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     res = materialize_job(
