@@ -92,7 +92,10 @@ def mirror(
     run = home / f"run-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     try:
         _link_tree(shared, run)
-        _download_results(LakeResults.at(lake.uri), run, {r["job"] for r in rows})
+        objects = (
+            cache_folder() / "lake" / "objects" / hashlib.sha256(lake.uri.encode()).hexdigest()[:16]
+        )
+        _download_results(LakeResults.at(lake.uri), run, {r["job"] for r in rows}, objects)
         build_catalog(run)
         yield Mirror(lake.uri, run, version, _result_files(run))
     finally:
@@ -108,10 +111,7 @@ def _link_tree(shared: Path, run: Path) -> None:
                 continue
             target = run / path.relative_to(shared)
             target.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(path, target)
-            except OSError:
-                shutil.copy2(path, target)
+            _link(path, target)
     (shared / _SHARED).mkdir(exist_ok=True)
     (run / _SHARED).symlink_to(shared / _SHARED, target_is_directory=True)
 
@@ -172,14 +172,30 @@ def _running(pid: int) -> bool:
     return True
 
 
-def _download_results(results: LakeResults, root: Path, jobs: set[str]) -> None:
-    """The latest committed result files of `jobs`, at their local paths under `root`."""
+def _download_results(results: LakeResults, root: Path, jobs: set[str], objects: Path) -> None:
+    """The latest committed result files of `jobs`, at their local paths under `root`: hard links
+    to the objects downloaded once into `objects` (content-addressed, never changed; a run
+    replaces a file by a rename, never writes into it)."""
     files = results.files
     for relative, row in results.latest().items():
-        if row["job"] in jobs:
-            target = root / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            files.get(row["key"], str(target))
+        if row["job"] not in jobs:
+            continue
+        cached = objects / row["key"]
+        if not cached.is_file():
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_name(f".{cached.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp")
+            files.get(row["key"], str(tmp))
+            os.replace(tmp, cached)
+        target = root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _link(cached, target)
+
+
+def _link(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system: a copy
+        shutil.copy2(source, target)
 
 
 def _result_files(root: Path) -> dict[str, tuple[int, int]]:
