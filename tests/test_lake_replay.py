@@ -190,6 +190,9 @@ def test_replay_on_s3_gives_the_local_tables_and_a_killed_one_leaves_nothing(
     again = lumos("replay", "--warehouse", uri, env=env)
     assert "0 replayed, 2 current" in again.stdout, again.stdout
     assert _results_version(uri, env) == version
+    res = lumos("replay", "--job", "nope", "--warehouse", uri, env=env)
+    assert res.returncode == 2, res.stderr
+    assert f"{uri}: job 'nope' is not in the warehouse (known: gpt_cpu, nccl_a100)" in res.stderr
 
 
 def test_estimate_and_sweep_on_s3_give_the_local_figures(

@@ -368,8 +368,16 @@ def _replay_lake(uri: str, jobs: Sequence[str] | None, **options: object) -> Fle
     """`replay_fleet` on the S3 warehouse `uri`: in a local mirror of it (the jobs' files and
     stored results), then the files the replay wrote there committed back as one commit. The
     report's root is `uri`; every outcome carries its job's replay_quality rows."""
+    from lumos.replay.run import resolve_jobs
+    from warehouse.lake_catalog import connect
     from warehouse.lake_mirror import mirror
 
+    if jobs:  # a job the warehouse lacks is named as on a local one, not as the mirror's
+        con = connect(uri)
+        try:
+            resolve_jobs(con, jobs, uri)
+        finally:
+            con.close()
     # only the named jobs' files are copied (with their windows, `<job>/steps-N`, if asked for)
     with mirror(uri, jobs, with_windows=bool(options.get("with_windows"))) as local:
         report = replay_fleet(local.root, jobs, **options)  # type: ignore[arg-type]
