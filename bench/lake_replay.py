@@ -43,8 +43,8 @@ def _median(fn: Callable[[], object], repeats: int) -> float:
 
 
 def _estimate(warehouse: str) -> None:
-    from lumos.commands.on_lake import local_warehouse_for
     from lumos.estimate.estimator import Estimator
+    from warehouse.lake_local import local_warehouse_for
 
     with local_warehouse_for(warehouse) as local:
         est = Estimator.open(local, "gpt_cpu", {})

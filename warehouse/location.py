@@ -65,7 +65,7 @@ def local_warehouse(location: str | os.PathLike[str] | None = None) -> Path:
             raise WarehouseLocationError(
                 f"{text}: this command needs a local warehouse directory; an s3:// warehouse "
                 f"is taken by `lumos {'`, `lumos '.join(OBJECT_STORE_COMMANDS)}` only (explain, "
-                "report, export and the Dagster assets on S3 are not built yet: "
+                "report, export and describe on S3 are not built yet: "
                 "docs/warehouse.md, 'Warehouse on S3')"
             )
         else:

@@ -36,7 +36,7 @@ def _ms(ns: int) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from lumos.commands.on_lake import local_warehouse_for
+    from warehouse.lake_local import local_warehouse_for
     from warehouse.location import WarehouseLocationError
 
     try:

@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from lumos.commands.on_lake import local_warehouse_for
+    from warehouse.lake_local import local_warehouse_for
     from warehouse.location import WarehouseLocationError
 
     try:

@@ -9,12 +9,14 @@ the same way (by tokens per second unless every file asks for one other order). 
 or one naming a job the warehouse does not hold, fails the run with a message naming the file;
 nothing of a failing run's later files is written. Each swept job's HTML report (`lumos report
 --job`, without Perfetto exports) is written to the resource's reports folder; the best job's is
-the materialisation's `report`, its newest sweep's figure the `preview`.
+the materialisation's `report`, its newest sweep's figure the `preview`. On an S3 warehouse the
+asset works in a local mirror of it and commits the estimates at the end (`warehouse.lake_local`).
 """
 
 # No `from __future__ import annotations`: Dagster reads the parameter annotations at runtime.
 
 import time
+from pathlib import Path
 
 import dagster as dg
 
@@ -32,6 +34,17 @@ from pipelines.resources import WarehouseResource
 def grid_sweeps(
     context: dg.AssetExecutionContext, lumos: WarehouseResource
 ) -> dg.MaterializeResult:
+    from warehouse.lake_local import local_warehouse_for
+
+    # an S3 warehouse: the sweeps and reports in a local mirror, the estimates committed at the
+    # end of the block (nothing of a failing run)
+    with local_warehouse_for(lumos.warehouse) as local:
+        return _sweep_all(context, lumos, Path(local))
+
+
+def _sweep_all(
+    context: dg.AssetExecutionContext, lumos: WarehouseResource, warehouse: Path
+) -> dg.MaterializeResult:
     from lumos.estimate.sweep import DEFAULT_ORDER, GridError, load_grid, rank_rows
     from lumos.report.files import safe_name, write_job_report
     from pipelines.report_metadata import report_metadata
@@ -44,7 +57,7 @@ def grid_sweeps(
         # all files are checked before anything is written: one bad file fails the run cleanly
         for path in files:
             load_grid(path)
-        sweeps = [sweep_grid_file(lumos.warehouse_path, path) for path in files]
+        sweeps = [sweep_grid_file(warehouse, path) for path in files]
     except (SweepFileError, GridError) as exc:
         raise dg.Failure(description=str(exc)) from None
     orders = {s.ranking for s in sweeps}
@@ -60,7 +73,7 @@ def grid_sweeps(
     for s in sweeps:
         context.log.info(f"{s.path}: {len(s.rows)} configurations, sweep_id {s.sweep_id}")
     seconds = round(time.perf_counter() - started, 3)  # the sweeps, not their reports
-    wh = WarehouseHandle.open(lumos.warehouse_path)
+    wh = WarehouseHandle.open(warehouse)
     reports = {
         job: write_job_report(
             wh, job, lumos.reports_path / f"{safe_name(job)}.html", perfetto=False,
