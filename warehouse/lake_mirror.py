@@ -88,6 +88,7 @@ def mirror(
     shared = home / f"manifest-v{version}"
     if not shared.is_dir():
         _build(lake, rows, home, shared)
+    os.utime(shared)  # in use: `_remove_stale` keeps a copy used within the hour
     _remove_stale(home, keep=shared)
     run = home / f"run-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     try:
