@@ -26,17 +26,13 @@ class Warehouse(WarehouseHandle):
         """What the warehouse holds: per-job summary (with where its replay stands), refused
         files, totals."""
 
-        from lumos.replay.fleet import job_inputs, replay_states
+        from lumos.replay.fleet import replay_states
 
         jobs = self.sql(lumos_sql.load("status/jobs"))
         refused = self.sql(lumos_sql.load("status/refused"))
         con = self.connect()
         try:
-            # replay does not write to an S3 warehouse yet: none of its jobs was replayed
-            if self.remote:
-                states = dict.fromkeys(job_inputs(con), "none")
-            else:
-                states = replay_states(con, self.root)
+            states = replay_states(con, self.root)
         finally:
             con.close()
         # where each job's replay stands (lumos replay skips the "ok" and "failed" ones; "-": no

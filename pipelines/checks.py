@@ -93,12 +93,22 @@ SPECS = [
 ]
 
 
+def _manifest_rows(lumos: WarehouseResource) -> list[dict]:
+    """The latest manifest row per (job, sha256): a local warehouse's, or an S3 one's table."""
+    location = lumos.location
+    if isinstance(location, str):
+        from warehouse.lake import LakeManifest
+
+        return LakeManifest.at(location).read().rows
+    return read_manifest(Layout(location)).rows
+
+
 @dg.multi_asset_check(specs=SPECS, name="trace_events_checks")
 def trace_events_checks(
     context: dg.AssetCheckExecutionContext, lumos: WarehouseResource
 ) -> Iterator[dg.AssetCheckResult]:
     job = context.partition_key
-    health = job_health(read_manifest(Layout.at(lumos.warehouse_path)).rows, job)
+    health = job_health(_manifest_rows(lumos), job)
     missing = health.missing_ranks
     yield from [
         dg.AssetCheckResult(

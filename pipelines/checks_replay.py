@@ -40,7 +40,7 @@ def replay_accuracy(
     from warehouse.windows import windows_of
 
     job = context.partition_key
-    wh = Warehouse.open(lumos.warehouse_path)
+    wh = Warehouse.open(lumos.location, object_store=True)
     have_collectives = "collectives" in set(
         wh.sql("select view_name from duckdb_views()")["view_name"]
     )

@@ -2,7 +2,9 @@
 
 Defaults come from `LUMOS_WAREHOUSE` / `LUMOS_INBOX` / `LUMOS_GRIDS` / `LUMOS_REPORTS` when the
 definitions are loaded, else `./lumos_warehouse`, `./lumos_inbox` and `./lumos_grids` relative to
-the working directory of the Dagster process, and `<warehouse>/reports`.
+the working directory of the Dagster process, and `<warehouse>/reports`. The warehouse may be an
+S3 prefix `s3://bucket/prefix` (docs/warehouse.md, 'Warehouse on S3'): the reports then go to
+`./lumos_reports` unless `reports` names a folder.
 """
 
 from __future__ import annotations
@@ -40,7 +42,22 @@ class WarehouseResource(dg.ConfigurableResource):
 
     @property
     def warehouse_path(self) -> Path:
-        return Path(self.warehouse).expanduser().resolve()
+        """The local warehouse directory (`WarehouseLocationError` for an S3 warehouse)."""
+        from warehouse.location import local_warehouse
+
+        return local_warehouse(self.warehouse)
+
+    @property
+    def location(self) -> Path | str:
+        """The warehouse: a local directory, or an `s3://bucket/prefix` URI."""
+        from warehouse.location import warehouse_location
+
+        return warehouse_location(self.warehouse)
+
+    @property
+    def remote(self) -> bool:
+        """Whether the warehouse is on object storage."""
+        return isinstance(self.location, str)
 
     @property
     def inbox_path(self) -> Path:
@@ -54,4 +71,6 @@ class WarehouseResource(dg.ConfigurableResource):
     def reports_path(self) -> Path:
         if self.reports:
             return Path(self.reports).expanduser().resolve()
+        if self.remote:
+            return Path("lumos_reports").resolve()
         return self.warehouse_path / "reports"

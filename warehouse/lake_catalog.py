@@ -15,11 +15,12 @@ import pyarrow.dataset as ds
 
 import lumos_sql
 from lumos_sql import taxonomy
-from warehouse.catalog import VIEWS
+from warehouse.catalog import DERIVED_AFTER, DERIVED_VIEWS, VIEWS
 from warehouse.lake import LakeError, LakeManifest
 from warehouse.lake_files import LakeFiles
+from warehouse.lake_results import LakeResults
 from warehouse.layout import trace_meta_relative
-from warehouse.schema import EVENTS, TRACE_META
+from warehouse.schema import EVENTS, TABLES, TRACE_META
 
 __all__ = ["LAKE_VIEWS", "connect", "exists"]
 
@@ -71,6 +72,7 @@ def connect(uri: str, *, locked: bool = False):  # noqa: ANN201 (duckdb is impor
         for view in VIEWS:
             name = f"lake/{view}" if view in LAKE_VIEWS else f"catalog/{view}"
             con.execute(lumos_sql.load(name))
+        _result_views(con, files)
         con.execute(
             lumos_sql.render(
                 "catalog/info",
@@ -86,6 +88,24 @@ def connect(uri: str, *, locked: bool = False):  # noqa: ANN201 (duckdb is impor
         con.close()
         raise
     return con
+
+
+def _result_views(con, files: LakeFiles) -> None:  # noqa: ANN001
+    """The result tables present on the warehouse, each a view over an Arrow dataset of its
+    latest files (in the order of their local paths, as a local warehouse lists them)."""
+    latest = LakeResults(files.uri, dict(files.storage)).latest()
+    by_table: dict[str, list[str]] = {}
+    for relative in sorted(latest):
+        by_table.setdefault(latest[relative]["table_name"], []).append(latest[relative]["key"])
+    for view in DERIVED_VIEWS:
+        keys = by_table.get(view)
+        if not keys:
+            continue
+        relation = f"lake_result_{view}"
+        con.register(relation, files.dataset(keys, TABLES[view], [ds.scalar(True)] * len(keys)))
+        con.execute(lumos_sql.render("lake/derived", view=view, relation=relation))
+        if view in DERIVED_AFTER:
+            con.execute(lumos_sql.load(DERIVED_AFTER[view]))
 
 
 def _literal(text: str) -> str:

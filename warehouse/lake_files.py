@@ -73,6 +73,15 @@ class LakeFiles:
         """A readable file (for `pq.ParquetFile`, `pq.read_table`)."""
         return self.filesystem.open_input_file(self.key(relative))
 
+    def get(self, relative: str, local: str) -> None:
+        """Download the object `relative` to the local path `local` (its folder must exist)."""
+        fs.copy_files(
+            self.key(relative),
+            local,
+            source_filesystem=self.filesystem,
+            destination_filesystem=fs.LocalFileSystem(),
+        )
+
     def read_bytes(self, relative: str) -> bytes:
         with self.filesystem.open_input_stream(self.key(relative)) as f:
             return f.read()

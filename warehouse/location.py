@@ -14,6 +14,7 @@ from pathlib import Path
 __all__ = [
     "OBJECT_STORE_COMMANDS",
     "WarehouseLocationError",
+    "cache_folder",
     "is_object_store",
     "local_warehouse",
     "warehouse_location",
@@ -21,7 +22,7 @@ __all__ = [
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 # the commands that take an s3:// warehouse (said in every refusal)
-OBJECT_STORE_COMMANDS = ("ingest", "sql", "status", "migrate --to")
+OBJECT_STORE_COMMANDS = ("ingest", "sql", "status", "replay", "estimate", "sweep", "migrate --to")
 
 
 class WarehouseLocationError(ValueError):
@@ -31,6 +32,12 @@ class WarehouseLocationError(ValueError):
 def is_object_store(location: str | os.PathLike[str] | None) -> bool:
     """Whether `location` names a warehouse on object storage (`s3://...`)."""
     return isinstance(location, str) and location.startswith("s3://")
+
+
+def cache_folder() -> Path:
+    """Where lumos keeps local copies of an S3 warehouse's files (`warehouse.lake_mirror`) and
+    the estimator's templates built from them: `$LUMOS_CACHE`, else `~/.cache/lumos`."""
+    return Path(os.environ.get("LUMOS_CACHE") or Path.home() / ".cache" / "lumos").resolve()
 
 
 def warehouse_location(location: str | os.PathLike[str] | None = None) -> Path | str:
@@ -57,8 +64,8 @@ def local_warehouse(location: str | os.PathLike[str] | None = None) -> Path:
         elif is_object_store(text):
             raise WarehouseLocationError(
                 f"{text}: this command needs a local warehouse directory; an s3:// warehouse "
-                f"is taken by `lumos {'`, `lumos '.join(OBJECT_STORE_COMMANDS)}` only (replay, "
-                "estimate, sweep and the Dagster assets on S3 are not built yet: "
+                f"is taken by `lumos {'`, `lumos '.join(OBJECT_STORE_COMMANDS)}` only (explain, "
+                "report, export and describe on S3 are not built yet: "
                 "docs/warehouse.md, 'Warehouse on S3')"
             )
         else:

@@ -520,3 +520,20 @@ JOB_CONFIGS = pa.schema(
     ]
 )
 TABLES["job_configs"] = JOB_CONFIGS
+
+# The result files of an S3 warehouse (warehouse/lake_results.py): a Delta table `<uri>/results`
+# with one row per file a replay, an explanation or an estimate wrote. `relative` is the path a
+# local warehouse gives the file (`tasks/job=<enc>/part.parquet`), `key` the content-addressed
+# object holding it; the latest row of a `relative` is its content, as a local file is
+# overwritten in place. Not a catalog view: the views read the files the rows name.
+RESULT_FILES = pa.schema(
+    [
+        pa.field("relative", pa.string(), nullable=False),
+        pa.field("table_name", pa.string(), nullable=False),
+        pa.field("job", pa.string(), nullable=False),
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("sha256", pa.string(), nullable=False),
+        pa.field("size_bytes", pa.int64(), nullable=False),
+        pa.field("committed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)

@@ -36,6 +36,20 @@ def _ms(ns: int) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from warehouse.lake_local import local_warehouse_for
+    from warehouse.location import WarehouseLocationError
+
+    try:
+        with local_warehouse_for(args.warehouse) as local:
+            args.warehouse = local
+            return _run_local(args)
+    except (FileNotFoundError, WarehouseLocationError) as exc:  # no warehouse, or a bad URI
+        print(f"lumos estimate: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run_local(args: argparse.Namespace) -> int:
+    """The command on a local warehouse (an S3 one's mirror)."""
     from lumos.estimate.config import ConfigError, parse_overrides
     from lumos.estimate.estimator import Estimator, split_speedups
     from lumos.estimate.template import TemplateError

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 WAREHOUSE_HELP = (
-    "warehouse directory (default: $LUMOS_WAREHOUSE, else ./lumos_warehouse); ingest, sql and "
-    "status also take s3://bucket/prefix"
+    "warehouse directory (default: $LUMOS_WAREHOUSE, else ./lumos_warehouse); ingest, sql, "
+    "status, replay, estimate and sweep also take s3://bucket/prefix"
 )
 
 

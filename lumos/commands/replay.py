@@ -85,8 +85,9 @@ def _run(args: argparse.Namespace) -> int:
         if bar:
             bar.line.close()
     root = report.root
-    if report.count("replayed") or report.count("failed"):
-        # the result tables may be new folders: give them views in the catalog
+    # the result tables may be new folders: give them views in the catalog (an S3 warehouse's
+    # connections make their views themselves)
+    if (report.count("replayed") or report.count("failed")) and not isinstance(root, str):
         build_catalog(root)
     if not args.quiet:
         # replayed jobs, and the current ones the user named

@@ -45,6 +45,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from warehouse.lake_local import local_warehouse_for
+    from warehouse.location import WarehouseLocationError
+
+    try:
+        with local_warehouse_for(args.warehouse) as local:
+            args.warehouse = local
+            return _run_local(args)
+    except (FileNotFoundError, WarehouseLocationError) as exc:  # no warehouse, or a bad URI
+        print(f"lumos sweep: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run_local(args: argparse.Namespace) -> int:
+    """The command on a local warehouse (an S3 one's mirror)."""
     from lumos.api import Warehouse
     from lumos.estimate.config import ConfigError, parse_overrides
     from lumos.estimate.estimator import Estimator

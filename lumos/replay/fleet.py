@@ -9,6 +9,10 @@ upgrade of lumos replays the fleet again by itself). A job's `replay_runs` row i
 its tables, so a run killed mid-job replays that job next time. A job that failed is recorded
 too, and is not tried again until its files or the code change ("still failing").
 
+On an S3 warehouse the jobs are replayed in a local mirror of it (`warehouse.lake_mirror`) and
+the files written there are committed back as one Delta commit at the end: a killed run leaves
+nothing visible, and the skipping rule above holds (the mirror holds the stored replay_runs).
+
 With `workers > 1` jobs run in a process pool (spawned processes, each with its own read-only
 catalog connection); every job writes only its own `job=<enc>` files, so the workers never touch
 the same file. The caller rebuilds the catalog afterwards.
@@ -34,6 +38,7 @@ import lumos_sql
 from lumos.explain.inputs import job_file
 from warehouse.catalog import connect as catalog_connect
 from warehouse.layout import write_parquet_atomic
+from warehouse.location import warehouse_location
 from warehouse.schema import REPLAY_QUALITY, REPLAY_RUNS
 from warehouse.windows import windows_of
 
@@ -112,7 +117,7 @@ class JobOutcome:
 
 @dataclass
 class FleetReport:
-    root: Path  # the warehouse replayed
+    root: Path | str  # the warehouse replayed (a directory, or an s3:// URI)
     outcomes: list[JobOutcome]
     seconds: float
 
@@ -138,8 +143,15 @@ def job_inputs(con) -> dict[str, JobInputs]:  # noqa: ANN001
     return {job: JobInputs(job, sha, int(n)) for job, sha, n in rows}
 
 
-def stored_runs(con, root: Path) -> dict[str, dict]:  # noqa: ANN001
-    """The `replay_runs` row of every job replayed before (job -> row)."""
+def stored_runs(con, root: Path | str) -> dict[str, dict]:  # noqa: ANN001
+    """The `replay_runs` row of every job replayed before (job -> row); `root` an `s3://` URI:
+    from the connection's replay_runs view."""
+    if isinstance(root, str):
+        views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views()").fetchall()}
+        if "replay_runs" not in views:
+            return {}
+        table = con.sql(lumos_sql.load("replay/runs_view")).to_arrow_table()
+        return {r["job"]: r for r in table.to_pylist()}
     folder = root / "replay_runs"
     if not folder.is_dir() or next(folder.rglob("*.parquet"), None) is None:
         return {}
@@ -148,7 +160,7 @@ def stored_runs(con, root: Path) -> dict[str, dict]:  # noqa: ANN001
     return {r["job"]: r for r in table.to_pylist()}
 
 
-def replay_states(con, root: Path) -> dict[str, str]:  # noqa: ANN001
+def replay_states(con, root: Path | str) -> dict[str, str]:  # noqa: ANN001
     """Per job with an ingested trace, where its replay stands: 'ok' or 'failed' (current),
     'stale: files changed', 'stale: lumos changed', or 'none' (never replayed)."""
     stored = stored_runs(con, root)
@@ -298,6 +310,17 @@ def replay_fleet(
 
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
+    location = warehouse_location(warehouse)
+    if isinstance(location, str):  # s3://bucket/prefix
+        return _replay_lake(
+            location,
+            jobs,
+            force=force,
+            explain=explain,
+            workers=workers,
+            with_windows=with_windows,
+            on_job=on_job,
+        )
     started = time.perf_counter()
     wh = WarehouseHandle.open(warehouse)
     root = wh.root
@@ -339,3 +362,28 @@ def replay_fleet(
     order = {job: i for i, job in enumerate(names)}
     outcomes.sort(key=lambda o: order[o.job])
     return FleetReport(root, outcomes, time.perf_counter() - started)
+
+
+def _replay_lake(uri: str, jobs: Sequence[str] | None, **options: object) -> FleetReport:
+    """`replay_fleet` on the S3 warehouse `uri`: in a local mirror of it (the jobs' files and
+    stored results), then the files the replay wrote there committed back as one commit. The
+    report's root is `uri`; every outcome carries its job's replay_quality rows."""
+    from lumos.replay.run import resolve_jobs
+    from warehouse.lake_catalog import connect
+    from warehouse.lake_mirror import mirror
+
+    if jobs:  # a job the warehouse lacks is named as on a local one, not as the mirror's
+        con = connect(uri)
+        try:
+            resolve_jobs(con, jobs, uri)
+        finally:
+            con.close()
+    # only the named jobs' files are copied (with their windows, `<job>/steps-N`, if asked for)
+    with mirror(uri, jobs, with_windows=bool(options.get("with_windows"))) as local:
+        report = replay_fleet(local.root, jobs, **options)  # type: ignore[arg-type]
+        for o in report.outcomes:
+            if o.quality is None and not o.failed:
+                o.quality = stored_quality(local.root, o.job)
+        local.publish()
+    report.root = uri  # type: ignore[assignment]
+    return report

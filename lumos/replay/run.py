@@ -288,7 +288,7 @@ def list_jobs(con) -> list[str]:  # noqa: ANN001
     return [r[0] for r in con.execute(lumos_sql.load("replay/jobs")).fetchall()]
 
 
-def resolve_jobs(con, jobs: Sequence[str] | None, root: Path) -> list[str]:  # noqa: ANN001
+def resolve_jobs(con, jobs: Sequence[str] | None, root: Path | str) -> list[str]:  # noqa: ANN001
     """`jobs` (default: every job with an ingested trace); ValueError naming any unknown one."""
     known = list_jobs(con)
     todo = list(jobs) if jobs else known

@@ -79,14 +79,12 @@ def trace_events(
     files = job_files(job, lumos, config)
     workers = pool_size(files)
     context.log.info(
-        f"ingesting {len(files)} file(s) of job {job!r} into {lumos.warehouse_path} "
+        f"ingesting {len(files)} file(s) of job {job!r} into {lumos.location} "
         f"with {workers} worker(s)"
     )
     started = time.perf_counter()
     # The catalog is written by `warehouse_catalog` alone (one DuckDB writer, pool of size 1).
-    report = ingest(
-        files, warehouse=lumos.warehouse_path, job=job, workers=workers, build_catalog=False
-    )
+    report = ingest(files, warehouse=lumos.location, job=job, workers=workers, build_catalog=False)
     seconds = time.perf_counter() - started
 
     # files of a later profiling window went to their own job (`<job>/steps-N`); the counts below
@@ -113,7 +111,7 @@ def trace_events(
         "bytes_read": report.bytes_read,
         "seconds": round(seconds, 3),
         "mb_per_s": round(report.bytes_read / 1e6 / seconds, 1) if seconds > 0 else 0.0,
-        "warehouse": dg.MetadataValue.path(str(lumos.warehouse_path)),
+        "warehouse": dg.MetadataValue.text(str(lumos.location)),
     }
     if windows:
         ranks = {w: sorted({f.rank for f in report.files if f.job == w}) for w in windows}

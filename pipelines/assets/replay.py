@@ -8,7 +8,8 @@ decides when a partition runs, so the asset replays even when the stored replay 
 partition is a job of the inbox: the later profiling windows its files made (`<job>/steps-N`,
 warehouse/windows.py) are replayed in the same step. The job's HTML report (`lumos report
 --job`, without Perfetto exports) is written to the resource's reports folder; its path and its
-breakdown figure are the materialisation's `report` and `preview`.
+breakdown figure are the materialisation's `report` and `preview`. On an S3 warehouse the replay
+commits its tables there (`lumos.replay.fleet`) and the report is written from a local mirror.
 """
 
 # No `from __future__ import annotations`: Dagster reads the parameter annotations at runtime.
@@ -35,8 +36,9 @@ def job_replay(context: dg.AssetExecutionContext, lumos: WarehouseResource) -> d
     from warehouse.handle import WarehouseHandle
 
     job = context.partition_key
+    location = lumos.location
     # the partition's later profiling windows (`<job>/steps-N`) came with its files: replay them too
-    report = replay_fleet(lumos.warehouse_path, [job], force=True, with_windows=True)
+    report = replay_fleet(location, [job], force=True, with_windows=True)
     if report.failed:
         raise dg.Failure(
             "; ".join(f"job {o.job!r} could not be replayed: {o.error}" for o in report.failed)
@@ -44,14 +46,28 @@ def job_replay(context: dg.AssetExecutionContext, lumos: WarehouseResource) -> d
     quality = [q for o in report.outcomes for q in o.quality.to_pylist()]
     model = [q for q in quality if q["mode"] == "model" and q["median_rel_error"] is not None]
     worst = max((q["max_rel_error"] for q in model), default=None)
-    # the catalog gains the views of tables this replay wrote first (a warehouse's first replay)
-    files = write_job_report(
-        WarehouseHandle.open(lumos.warehouse_path),
-        job,
-        lumos.reports_path / f"{safe_name(job)}.html",
-        perfetto=False,
-        preview=("breakdown", "steps"),
-    )
+    target = lumos.reports_path / f"{safe_name(job)}.html"
+    if isinstance(location, str):  # an S3 warehouse: the report is made in a local mirror
+        from warehouse.lake_mirror import mirror
+
+        with mirror(location, [job], with_windows=True) as local:
+            files = write_job_report(
+                WarehouseHandle.open(local.root),
+                job,
+                target,
+                perfetto=False,
+                preview=("breakdown", "steps"),
+            )
+    else:
+        # the catalog gains the views of tables this replay wrote first (a warehouse's first
+        # replay)
+        files = write_job_report(
+            WarehouseHandle.open(location),
+            job,
+            target,
+            perfetto=False,
+            preview=("breakdown", "steps"),
+        )
     context.log.info(f"report written to {files.html}")
     return dg.MaterializeResult(
         metadata={

@@ -7,12 +7,14 @@ chunk), `sweep_chunk` estimates a chunk (a step each: on a Dask worker when the 
 Dask), `commit_sweeps` writes each file's rows once, ranks them as `lumos sweep` does, writes the
 swept jobs' HTML reports and the metadata. A bad file, or one naming a job the warehouse does not
 hold, fails the run naming the file, with nothing written. Why chunks are dynamic outputs, not
-partitions: docs/dagster.md.
+partitions: docs/dagster.md. On an S3 warehouse each step works in a local mirror of it
+(`warehouse.lake_local`); `commit_sweeps` commits the estimates when it ends.
 """
 
 # No `from __future__ import annotations`: Dagster reads the parameter annotations at runtime.
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import dagster as dg
 
@@ -33,11 +35,11 @@ def plan_sweeps(
 ) -> Iterator[dg.DynamicOutput[SweepChunk]]:
     """Every grid file checked (its job's estimator cache built once), its points in chunks."""
     from pipelines.sweep_grids import SweepFileError, grid_files, plan_chunks
+    from warehouse.lake_local import local_warehouse_for
 
     try:
-        chunks = plan_chunks(
-            lumos.warehouse_path, grid_files(lumos.grids_path), config.points_per_chunk
-        )
+        with local_warehouse_for(lumos.warehouse) as local:
+            chunks = plan_chunks(Path(local), grid_files(lumos.grids_path), config.points_per_chunk)
     except (SweepFileError, ValueError) as exc:
         raise dg.Failure(description=str(exc)) from None
     for chunk in chunks:
@@ -49,9 +51,11 @@ def sweep_chunk(chunk: SweepChunk, lumos: WarehouseResource) -> ChunkResult:
     """One chunk's configurations estimated (the numba sweep in bulk)."""
     from pipelines.sweep_grids import SweepFileError
     from pipelines.sweep_grids import sweep_chunk as estimate_chunk
+    from warehouse.lake_local import local_warehouse_for
 
     try:
-        return estimate_chunk(lumos.warehouse_path, chunk)
+        with local_warehouse_for(lumos.warehouse) as local:
+            return estimate_chunk(Path(local), chunk)
     except SweepFileError as exc:
         raise dg.Failure(description=str(exc)) from None
 
@@ -62,6 +66,18 @@ def commit_sweeps(
 ) -> None:
     """The chunks' rows written to `estimates` (one sweep_id per file), the best of each file
     and of all as `lumos sweep` ranks them, the swept jobs' reports, the asset's metadata."""
+    from warehouse.lake_local import local_warehouse_for
+
+    # an S3 warehouse: written in its local mirror, committed when the block ends (nothing of a
+    # failing run)
+    with local_warehouse_for(lumos.warehouse) as local:
+        _commit_all(context, results, lumos, Path(local))
+
+
+def _commit_all(
+    context: dg.OpExecutionContext, results: list[ChunkResult], lumos: WarehouseResource,
+    warehouse: Path,
+) -> None:  # fmt: skip
     from lumos.estimate.sweep import DEFAULT_ORDER, rank_rows
     from lumos.report.files import safe_name, write_job_report
     from pipelines.report_metadata import report_metadata
@@ -70,7 +86,7 @@ def commit_sweeps(
     from warehouse.handle import WarehouseHandle
 
     try:
-        sweeps = commit(lumos.warehouse_path, results)
+        sweeps = commit(warehouse, results)
     except SweepFileError as exc:
         raise dg.Failure(description=str(exc)) from None
 
@@ -87,7 +103,7 @@ def commit_sweeps(
     for s in sweeps:
         context.log.info(f"{s.path}: {len(s.rows)} configurations, sweep_id {s.sweep_id}")
     seconds = round(sum(s.seconds for s in sweeps), 3)  # the estimates, not their reports
-    wh = WarehouseHandle.open(lumos.warehouse_path)
+    wh = WarehouseHandle.open(warehouse)
     reports = {
         job: write_job_report(
             wh, job, lumos.reports_path / f"{safe_name(job)}.html", perfetto=False,
