@@ -731,7 +731,10 @@ def decide(
 
 
 def _commit(
-    layout: Layout, batch: list[tuple[_Task, int, _Staged]], outcomes: dict[int, FileOutcome]
+    layout: Layout,
+    batch: list[tuple[_Task, int, _Staged]],
+    outcomes: dict[int, FileOutcome],
+    decide: Callable[..., tuple[list[dict], list[Placement]]],
 ) -> None:
     """Move a batch of staged files into place and record them. Holds the commit lock."""
     with commit_lock(layout):
@@ -877,9 +880,14 @@ class LocalStore:
         return self.layout.root / relative
 
     def commit(
-        self, batch: list[tuple[_Task, int, _Staged]], outcomes: dict[int, FileOutcome]
+        self,
+        batch: list[tuple[_Task, int, _Staged]],
+        outcomes: dict[int, FileOutcome],
+        decide: Callable[..., tuple[list[dict], list[Placement]]],
     ) -> None:
-        _commit(self.layout, batch, outcomes)
+        """Commit under the lock; `decide` says which rows and files (the ingest hands each
+        store this module's `decide`: the S3 store imports nothing of this module back)."""
+        _commit(self.layout, batch, outcomes, decide)
 
     def finish(self, report: IngestReport, *, build_catalog: bool) -> None:
         """The views read globs, so new files need no rebuild: only a missing or moved catalog."""
@@ -1032,7 +1040,7 @@ def ingest(
                     pending.append((tasks[next_i], sizes[next_i], ready.pop(next_i)))
                     next_i = next(order, None)
                 if pending and (force or time.monotonic() - last_commit >= COMMIT_EVERY_S):
-                    store.commit(pending, outcomes)
+                    store.commit(pending, outcomes, decide)
                     pending.clear()
                     last_commit = time.monotonic()
 

@@ -1,6 +1,7 @@
 """An ingest into an S3 warehouse (`s3://bucket/prefix`): what `warehouse.ingest.LocalStore` is
 for a directory. Parsing, staging and the decisions (unchanged, refused, rank held, profiling
-window) are the local ingest's own (`warehouse.ingest.decide`); only the commit differs: the
+window) are the local ingest's own (`warehouse.ingest.decide`, handed to `commit` by the ingest
+that drives this store, which keeps the import one way); only the commit differs: the
 staged files are uploaded to their content-addressed keys (`warehouse.lake_files`), then the
 batch's manifest rows are appended as one Delta commit (`warehouse.lake.LakeManifest`), the
 commit point. A killed ingest leaves at most data files that no committed row names: no reader
@@ -12,17 +13,19 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from warehouse.ingest import FileOutcome, IngestReport, decide
 from warehouse.lake import LakeManifest
 from warehouse.lake_files import LakeFiles
 from warehouse.manifest import Manifest
 
-__all__ = ["LakeStore"]
+__all__ = ["Decide", "LakeStore"]
+
+# `warehouse.ingest.decide`: (batch, manifest, outcomes, open a data file) -> (rows, placements)
+Decide = Callable[[list, Manifest, dict, Callable[[str], object]], tuple[list[dict], list]]
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,9 @@ class LakeStore:
     def open_file(self, relative: str):  # noqa: ANN201 (a pyarrow NativeFile)
         return self.files.open(relative)
 
-    def commit(self, batch: list, outcomes: dict[int, FileOutcome]) -> None:
-        """Upload the batch's new files, then append its rows as one Delta commit (last)."""
+    def commit(self, batch: list, outcomes: dict, decide: Decide) -> None:
+        """Upload the batch's new files, then append its rows as one Delta commit (last);
+        `decide` (`warehouse.ingest.decide`) says which rows and files against the manifest."""
         manifest = self.lake.read()
         rows, placed = decide(batch, manifest, outcomes, self.files.open)
         for p in placed:
@@ -68,7 +72,7 @@ class LakeStore:
             for tmp in (p.events_tmp, p.meta_tmp):
                 Path(tmp).unlink(missing_ok=True)
 
-    def finish(self, report: IngestReport, *, build_catalog: bool) -> None:
+    def finish(self, report: object, *, build_catalog: bool) -> None:
         """Nothing to build: an S3 warehouse's views are made by each connection
         (`warehouse.lake_catalog`)."""
         del report, build_catalog

@@ -1,21 +1,14 @@
 """Replay a fleet: every job of the warehouse, one job in memory at a time, skipping current ones.
 
-A nightly run over thousands of jobs must neither hold them all in memory nor replay the whole
-fleet again each night. So each job is replayed, explained and written, then dropped (only its
-`replay_quality` rows are kept, for the caller's table); and a job is skipped when table
-`replay_runs` says its stored replay read the same files (`inputs_sha256`, from the manifest)
-with the same code (`code_sha256`, over the graph SQL and the replay and explanation modules: an
-upgrade of lumos replays the fleet again by itself). A job's `replay_runs` row is written after
-its tables, so a run killed mid-job replays that job next time. A job that failed is recorded
-too, and is not tried again until its files or the code change ("still failing").
-
-On an S3 warehouse the jobs are replayed in a local mirror of it (`warehouse.lake_mirror`) and
-the files written there are committed back as one Delta commit at the end: a killed run leaves
-nothing visible, and the skipping rule above holds (the mirror holds the stored replay_runs).
-
-With `workers > 1` jobs run in a process pool (spawned processes, each with its own read-only
-catalog connection); every job writes only its own `job=<enc>` files, so the workers never touch
-the same file. The caller rebuilds the catalog afterwards.
+Each job is replayed, explained and written, then dropped (only its `replay_quality` rows are
+kept, for the caller's table); a job is skipped when `replay_runs` says its stored replay read
+the same files (`inputs_sha256`) with the same code (`code_sha256`: an upgrade of lumos replays
+the fleet again by itself). A job's `replay_runs` row is written after its tables, so a run
+killed mid-job replays that job next time; a failed job is recorded and not tried again until
+its files or the code change. On an S3 warehouse the jobs are replayed in a local mirror
+(`warehouse.lake_mirror`), committed back as one Delta commit at the end. With `workers > 1`
+jobs run in a pool of spawned processes, each writing only its own `job=<enc>` files; the
+caller rebuilds the catalog afterwards. The whole design: docs/replay.md, "Module notes".
 """
 
 from __future__ import annotations
