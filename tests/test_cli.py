@@ -144,7 +144,7 @@ def test_a_warehouse_uri_is_refused_not_made_a_local_folder(examples: Path, tmp_
     URI scheme is refused, exit 2, nothing written; `file://` is the local path it names (the
     commands that take s3://: tests/test_lake_ingest.py, tests/test_lake_replay.py)."""
     good = examples / "dlrm_8rank" / "worker3_step_12.1694128201557.pt.trace.json.gz"
-    res = lumos("explain", "--job", "j", "--warehouse", "s3://bucket/wh", cwd=tmp_path)
+    res = lumos("groundtruth", "accuracy", str(tmp_path), "--warehouse", "s3://bucket/wh")
     assert res.returncode == 2
     assert "s3://bucket/wh: this command needs a local warehouse directory" in res.stderr
     res = lumos("status", env={"LUMOS_WAREHOUSE": "gs://b/wh"}, cwd=tmp_path)

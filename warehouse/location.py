@@ -22,7 +22,10 @@ __all__ = [
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 # the commands that take an s3:// warehouse (said in every refusal)
-OBJECT_STORE_COMMANDS = ("ingest", "sql", "status", "replay", "estimate", "sweep", "migrate --to")
+OBJECT_STORE_COMMANDS = (
+    "ingest", "sql", "status", "replay", "estimate", "sweep", "describe", "explain", "export",
+    "report", "migrate --to",
+)  # fmt: skip
 
 
 class WarehouseLocationError(ValueError):
@@ -64,9 +67,8 @@ def local_warehouse(location: str | os.PathLike[str] | None = None) -> Path:
         elif is_object_store(text):
             raise WarehouseLocationError(
                 f"{text}: this command needs a local warehouse directory; an s3:// warehouse "
-                f"is taken by `lumos {'`, `lumos '.join(OBJECT_STORE_COMMANDS)}` only (explain, "
-                "report, export and describe on S3 are not built yet: "
-                "docs/warehouse.md, 'Warehouse on S3')"
+                f"is taken by `lumos {'`, `lumos '.join(OBJECT_STORE_COMMANDS)}` only "
+                "(docs/warehouse.md, 'Warehouse on S3')"
             )
         else:
             raise WarehouseLocationError(

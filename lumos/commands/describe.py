@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from lumos.commands.local import on_local_warehouse
 from lumos.commands.options import add_warehouse, job_name
 
 
@@ -26,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="state or override a field (e.g. --base layers=48 tp=8); wins over the trace",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=on_local_warehouse("describe", _run_local))
 
 
 def _gib(n: int | None) -> str:
@@ -38,7 +39,8 @@ def _gib(n: int | None) -> str:
     return f"{n} B"
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run_local(args: argparse.Namespace) -> int:
+    """The command on a local warehouse (an S3 one's mirror)."""
     from lumos.api import Warehouse, WarehouseNotFound
     from lumos.estimate.config import ConfigError, parse_overrides
     from lumos.estimate.infer import JobNotFound, infer_base

@@ -8,6 +8,7 @@ import argparse
 import json
 import sys
 
+from lumos.commands.local import on_local_warehouse
 from lumos.commands.options import add_host_cores, add_warehouse, job_name
 
 
@@ -28,24 +29,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_host_cores(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--save", action="store_true", help="also write the row to `estimates`")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=on_local_warehouse("estimate", _run_local))
 
 
 def _ms(ns: int) -> str:
     return f"{ns / 1e6:.3f} ms"
-
-
-def _run(args: argparse.Namespace) -> int:
-    from warehouse.lake_local import local_warehouse_for
-    from warehouse.location import WarehouseLocationError
-
-    try:
-        with local_warehouse_for(args.warehouse) as local:
-            args.warehouse = local
-            return _run_local(args)
-    except (FileNotFoundError, WarehouseLocationError) as exc:  # no warehouse, or a bad URI
-        print(f"lumos estimate: {exc}", file=sys.stderr)
-        return 2
 
 
 def _run_local(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lumos.commands.local import on_local_warehouse
 from lumos.commands.options import add_warehouse, job_name
 
 
@@ -23,14 +24,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rank", type=int, default=None, help="only this rank (default: all)")
     p.add_argument("--step", type=int, default=None, help="only this step (default: all)")
     add_warehouse(p)
-    p.set_defaults(func=_run)
+    p.set_defaults(func=on_local_warehouse("explain", _run_local))
 
 
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.2f}"
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run_local(args: argparse.Namespace) -> int:
+    """The command on a local warehouse (an S3 one's mirror)."""
     from lumos.api import Warehouse, WarehouseNotFound
     from lumos.explain.inputs import ExplainInputError
     from lumos.explain.run import explain_job

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lumos.commands.local import on_local_warehouse
 from lumos.commands.options import add_warehouse, job_name
 
 
@@ -24,10 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", required=True, help="output file (.json.gz or .json)")
     add_warehouse(p)
-    p.set_defaults(func=_run)
+    p.set_defaults(func=on_local_warehouse("export", _run_local))
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run_local(args: argparse.Namespace) -> int:
+    """The command on a local warehouse (an S3 one's mirror)."""
     from lumos.api import Warehouse, WarehouseNotFound
     from lumos.explain.inputs import ExplainInputError, load_job
     from lumos.export.chrome_trace import ExportError, trace_events, write_trace

@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 WAREHOUSE_HELP = (
-    "warehouse directory (default: $LUMOS_WAREHOUSE, else ./lumos_warehouse); ingest, sql, "
-    "status, replay, estimate and sweep also take s3://bucket/prefix"
+    "warehouse directory (default: $LUMOS_WAREHOUSE, else ./lumos_warehouse); every command but "
+    "groundtruth, opmodel and opbench also takes s3://bucket/prefix"
 )
 
 
 def add_warehouse(p: argparse.ArgumentParser, **kw: Any) -> None:
     """`--warehouse DIR`; None when not given (lumos.api / warehouse.layout resolve the
-    default)."""
+    default). `type=Path`: a command that needs a local directory (a URI is refused by name:
+    `Path("s3://b/wh")` would be the local folder `s3:/b/wh`)."""
+    if kw.get("type") is Path:
+        kw["type"] = _local_directory
     p.add_argument("--warehouse", default=None, metavar="DIR", help=WAREHOUSE_HELP, **kw)
+
+
+def _local_directory(text: str) -> Path:
+    from warehouse.location import WarehouseLocationError, local_warehouse
+
+    try:
+        return local_warehouse(text)
+    except WarehouseLocationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_host_cores(p: argparse.ArgumentParser) -> None:

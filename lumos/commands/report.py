@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from lumos.commands.local import on_local_warehouse
 from lumos.commands.options import add_warehouse, job_name
 
 
@@ -27,10 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-perfetto", action="store_true",
                    help="job report: do not write the steps' Perfetto exports beside it")  # fmt: skip
     add_warehouse(p)
-    p.set_defaults(func=_run)
+    p.set_defaults(func=on_local_warehouse("report", _run_local))
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run_local(args: argparse.Namespace) -> int:
+    """The command on a local warehouse (an S3 one's mirror)."""
     from lumos.api import Warehouse, WarehouseNotFound
     from lumos.report.files import safe_name, write_fleet_report, write_job_report
     from lumos.report.gather import ReportError

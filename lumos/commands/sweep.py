@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lumos.commands.local import on_local_warehouse
 from lumos.commands.options import add_host_cores, add_warehouse, job_name, non_negative_int
 
 
@@ -41,20 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "that do not fit the device come last either way",
     )
     p.add_argument("--no-write", action="store_true", help="do not write the estimates table")
-    p.set_defaults(func=_run)
-
-
-def _run(args: argparse.Namespace) -> int:
-    from warehouse.lake_local import local_warehouse_for
-    from warehouse.location import WarehouseLocationError
-
-    try:
-        with local_warehouse_for(args.warehouse) as local:
-            args.warehouse = local
-            return _run_local(args)
-    except (FileNotFoundError, WarehouseLocationError) as exc:  # no warehouse, or a bad URI
-        print(f"lumos sweep: {exc}", file=sys.stderr)
-        return 2
+    p.set_defaults(func=on_local_warehouse("sweep", _run_local))
 
 
 def _run_local(args: argparse.Namespace) -> int:
