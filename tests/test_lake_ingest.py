@@ -99,6 +99,7 @@ def test_sql_and_status_on_s3_answer_as_the_local_warehouse(
 
     theirs = _answers(uri, s3_env)
     assert theirs == local_answers
+    _read_as_delta_tables(uri, s3_env, theirs[1])
     assert len(theirs[0]) == 10 and len(theirs[1]) == 9  # 9 traces' ranks, and a refused file
     csv = lumos("sql", QUERIES[1], "--warehouse", uri, "--format", "csv", env=s3_env)
     local_csv = lumos("sql", QUERIES[1], "--warehouse", str(local_wh), "--format", "csv")
@@ -121,6 +122,23 @@ def test_sql_and_status_on_s3_answer_as_the_local_warehouse(
     assert json.loads(res.stdout) == json.loads(local.stdout)
 
 
+def _read_as_delta_tables(uri: str, env: dict[str, str], events: list[tuple]) -> None:
+    """Another engine (delta-rs, as Spark or Polars would) reads the events and trace_meta as
+    Delta tables, without lumos: the same rows per rank as lumos's own views."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    from warehouse.lake import storage_options
+
+    opts = storage_options(env)
+    table = DeltaTable(f"{uri}/events", storage_options=opts).to_pyarrow_table()
+    counts = table.group_by(["job", "rank"]).aggregate([("ts_ns", "count")])
+    got = sorted(zip(*(counts.column(c).to_pylist() for c in counts.column_names), strict=True))
+    assert got == sorted((r[0], r[1], r[3]) for r in events)
+    meta = DeltaTable(f"{uri}/trace_meta", storage_options=opts).to_pyarrow_table()
+    assert set(pc.unique(meta.column("rank")).to_pylist()) == {r[1] for r in events}
+
+
 def test_three_ingests_at_once_end_with_the_rows_of_one(
     s3_env: dict[str, str], inputs: list[str], local_wh: Path, local_answers: list[list[tuple]]
 ) -> None:
@@ -132,6 +150,7 @@ def test_three_ingests_at_once_end_with_the_rows_of_one(
         _, err = p.communicate(timeout=240)
         assert p.returncode == 1 and "1 file(s) refused" in err, err
     assert _answers(uri, s3_env) == local_answers
+    _read_as_delta_tables(uri, s3_env, local_answers[1])  # concurrent adds: each file once
 
 
 # An ingest killed between the upload of its data files and its Delta commit: the put of the
@@ -176,10 +195,12 @@ def test_an_ingest_killed_mid_commit_leaves_nothing_visible(
     assert "no traces yet" in status.stdout
     count = lumos("sql", "select count(*) as n from events", "--warehouse", uri, env=s3_env)
     assert count.stdout.split() == ["n", "0"], count.stdout
+    assert not any(k.startswith("killed/events/_delta_log/") for k in keys)  # no table yet
 
     res = lumos("ingest", *inputs, "--warehouse", uri, "-q", env=s3_env)
     assert "10 file(s): 9 ingested, 0 unchanged, 1 refused" in res.stdout, res.stdout
     assert _answers(uri, s3_env) == local_answers
+    _read_as_delta_tables(uri, s3_env, local_answers[1])
 
 
 def test_migrate_copies_a_local_warehouse_with_nothing_lost(
@@ -194,6 +215,7 @@ def test_migrate_copies_a_local_warehouse_with_nothing_lost(
     assert all(ln[-1] == "yes" for ln in lines), res.stdout
     assert lines[0][1:3] == ["10", "10"]  # the refused file's row too
     assert _answers(uri, s3_env) == local_answers
+    _read_as_delta_tables(uri, s3_env, local_answers[1])
 
     again = lumos("migrate", "--from", str(local_wh), "--to", uri, env=s3_env)
     assert again.returncode == 0, again.stderr

@@ -68,6 +68,10 @@ class LakeStore:
             self.files.put(p.events_tmp, p.events_file)
             self.files.put(p.meta_tmp, p.meta_file)
         self.lake.append(rows)  # the commit point
+        if rows:
+            from warehouse.lake_tables import sync_tables
+
+            sync_tables(self.lake, self.files)  # the data tables' logs follow it
         for p in placed:
             for tmp in (p.events_tmp, p.meta_tmp):
                 Path(tmp).unlink(missing_ok=True)

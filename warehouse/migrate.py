@@ -79,6 +79,9 @@ def migrate(source: str | Path, target: str) -> MigrationReport:
         else:
             report.files_present += 1
     report.rows_committed = import_manifest(layout, lake)  # the commit point: last
+    from warehouse.lake_tables import sync_tables
+
+    sync_tables(lake, files)  # the data tables' Delta logs follow it
     report.comparisons = compare(layout.root, lake.uri)
     return report
 
