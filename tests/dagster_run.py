@@ -13,7 +13,12 @@ from pipelines.resources import WarehouseResource
 
 
 def materialize_job(
-    assets: Sequence[Any], job: str, inbox: Path, warehouse: Path, **kwargs: Any
+    assets: Sequence[Any],
+    job: str,
+    inbox: Path,
+    warehouse: Path,
+    reports: Path | None = None,
+    **kwargs: Any,
 ) -> dg.ExecuteInProcessResult:
     """`dg.materialize` of `assets` for partition `job` (registered first), reading the inbox
     `inbox` and writing the warehouse `warehouse`; `kwargs` go to `dg.materialize`."""
@@ -23,6 +28,10 @@ def materialize_job(
         assets,
         partition_key=job,
         instance=instance,
-        resources={"lumos": WarehouseResource(warehouse=str(warehouse), inbox=str(inbox))},
+        resources={
+            "lumos": WarehouseResource(
+                warehouse=str(warehouse), inbox=str(inbox), reports=str(reports or "")
+            )
+        },
         **kwargs,
     )

@@ -242,6 +242,8 @@ def test_dagster_ingest_and_replay_on_s3_give_the_local_tables(
         "gpt_cpu",
         examples,
         uri,  # type: ignore[arg-type]
+        reports=tmp_path
+        / "reports",  # an S3 warehouse's default, ./lumos_reports: not the checkout
         raise_on_error=False,
     )
     assert res.success, [e.message for e in res.all_events if e.is_failure]
