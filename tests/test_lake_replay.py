@@ -149,7 +149,7 @@ from lumos.replay.fleet import replay_fleet
 put = lake_files.LakeFiles.put
 def put_then_die(self, local, relative):
     put(self, local, relative)
-    if relative.startswith("results/"):
+    if relative.startswith("tables/"):
         os.kill(os.getpid(), signal.SIGKILL)
 lake_files.LakeFiles.put = put_then_die
 replay_fleet(sys.argv[1])
@@ -180,6 +180,14 @@ def test_replay_on_s3_gives_the_local_tables_and_a_killed_one_leaves_nothing(
     theirs = _answers(uri, env, REPLAY_QUERIES)
     assert theirs == _answers(local_wh, {}, REPLAY_QUERIES)
     assert len(theirs[0]) > 0 and {r[0] for r in theirs[2]} == {"gpt_cpu", "nccl_a100"}
+    # another engine (delta-rs) reads a result table as a Delta table of its own, without lumos
+    from deltalake import DeltaTable
+
+    from warehouse.lake import storage_options
+
+    table = DeltaTable(f"{uri}/tables/iteration_replay", storage_options=storage_options(env))
+    rows = sorted(tuple(r.values()) for r in table.to_pyarrow_table().to_pylist())
+    assert rows == sorted(theirs[0])
     s3_status = lumos("status", "--warehouse", uri, env=env)
     local_status = lumos("status", "--warehouse", str(local_wh))
     assert s3_status.stdout.replace(uri, str(local_wh)) == local_status.stdout

@@ -1,6 +1,7 @@
 """The result tables of an S3 warehouse (replay, explanations, collectives, estimates): their
-files, content-addressed under `<uri>/results/`, and the Delta table `<uri>/results` naming them
-(`RESULT_FILES`), whose commit is the commit point. A run uploads its files first, then appends
+files, content-addressed under `<uri>/tables/<table>/`, and the Delta table `<uri>/results`
+naming them (`RESULT_FILES`), whose commit is the commit point; each result table's own Delta
+log (`<uri>/tables/<table>`, for other engines) follows it (`warehouse.lake_tables`). A run uploads its files first, then appends
 one row per file as one Delta commit: a killed run leaves only objects no row names. The latest
 row of each `relative` (the path the file has in a local warehouse) is its content, as a local
 file is overwritten in place; a reader pins one version of the table.
@@ -18,6 +19,7 @@ import pyarrow as pa
 
 from warehouse.lake import LakeError, LakeManifest
 from warehouse.lake_files import LakeFiles
+from warehouse.lake_tables import RESULTS_PREFIX, sync_result_tables
 from warehouse.layout import decode_job
 from warehouse.schema import RESULT_FILES
 
@@ -79,7 +81,7 @@ class LakeResults:
             path = root / relative
             sha = file_sha256(path)
             table_name, part = relative.split("/", 1)
-            key = f"results/{table_name}/{sha}.parquet"
+            key = f"{RESULTS_PREFIX}/{table_name}/{sha}.parquet"
             files.put(str(path), key)
             job = decode_job(part.split("/", 1)[0].removeprefix("job="))
             rows.append(
@@ -106,4 +108,6 @@ class LakeResults:
                 ) from exc
         table = pa.Table.from_pylist(rows, schema=RESULT_FILES)
         write_deltalake(self.table_uri, table, mode="append", storage_options=self.storage)
+        # each result table's own log follows the commit (for other engines)
+        sync_result_tables(LakeManifest(self.uri, self.storage), self.latest)
         return len(rows)
