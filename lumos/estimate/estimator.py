@@ -269,6 +269,9 @@ class Estimator:
         self.device_name: str | None = None  # its device (the collectives' link)
         self._gpu = None  # its GpuModel, made on first use
         self._scale: float | None = None  # `_profiler_scale`, computed on first use
+        # why a recomputing base's recomputation cannot be left out ("" when it can; None: not
+        # looked at yet)
+        self._no_uncheckpoint: str | None = None
         self._graphs: dict[Structure, EditedGraph] = {}
         self._compressed: dict[Structure, CompressedGraph] = {}
         # the roles the template has (interval and warnings look at these only)
@@ -749,7 +752,8 @@ class Estimator:
         }
         note = (
             "a change the GPU step graph does not model yet (ZeRO, sequence or vocabulary "
-            "parallelism, speed-ups, no recomputation from a base that recomputes): "
+            "parallelism, speed-ups, no recomputation from a base whose recomputation is not "
+            "found): "
             "the CPU-operator "
             f"template's estimate, scaled by {k:.3f} (the base's step without the profiler, "
             "from its GPU step graph, over the template's traced step)"
@@ -760,7 +764,11 @@ class Estimator:
             traced_ns=p.predicted_ns,
             interval_ns=(int(p.interval_ns[0] * k), int(p.interval_ns[1] * k)),
             breakdown=parts,
-            warnings=[note, *p.warnings],
+            warnings=[
+                note,
+                *([self._no_uncheckpoint] if self._no_uncheckpoint else []),
+                *p.warnings,
+            ],
         )
 
     def _profiler_scale(self) -> float:
@@ -812,13 +820,21 @@ class Estimator:
         """Whether `cfg` is predicted from the base's GPU step graph: a single-GPU base, no
         speed-ups asked for, data, tensor and pipeline parallelism only
         (`gpu_edit.add_collectives`, `gpu_pipeline`; no ZeRO, sequence or vocabulary
-        parallelism yet), and no recomputation taken out of a base that recomputes (its
-        recomputed forward runs inside the backward's operators, which the edits do not split
-        yet)."""
+        parallelism yet); recomputation taken out of a base that recomputes only where its
+        backward shows each layer's forward run again (`gpu_edit.recomputation`)."""
         if self.gpu is None or speedup:
             return False
         if self.base.recompute != "none" and cfg.recompute == "none":
-            return False
+            if self._no_uncheckpoint is None:
+                from lumos.estimate.gpu_edit import EditError, recomputation
+
+                try:
+                    recomputation(self.gpu)
+                    self._no_uncheckpoint = ""
+                except EditError as exc:
+                    self._no_uncheckpoint = str(exc)
+            if self._no_uncheckpoint:
+                return False
         return all(getattr(cfg, k) == getattr(self.base, k) for k in GPU_SAME_KEYS)
 
     def _gpu_model(self):  # noqa: ANN202 (GpuModel: imported lazily, with pyarrow)
@@ -914,8 +930,10 @@ class Estimator:
         if cfg.recompute != self.base.recompute:
             notes.append(
                 "recomputation is modelled as each layer's forward run again before its "
-                "backward; checkpointing's own bookkeeping (hooks that pack and unpack saved "
-                "tensors) is not, and adds CPU time"
+                "backward (taken out: the base's backward without the tasks that re-run its "
+                "layers' forward), and a checkpointed forward's CPU time as "
+                f"{self._gpu_model().checkpoint_cpu:g}x the plain one's (checkpointing's "
+                "bookkeeping: docs/estimate-gpu.md)"
             )
         return Prediction(
             config=cfg,

@@ -18,11 +18,12 @@ import numpy as np
 import pyarrow as pa
 
 from kernels.graph import Kind, Rt
+from lumos.estimate.gpu_recompute import RecomputeError, recomputed_tasks
 from lumos.estimate.gpu_step import BLOCK_BWD, BLOCK_FWD, GpuStep
 from lumos.estimate.template import BLOCK, ROLE
 from lumos.estimate.transforms import MAX_TASKS
 
-__all__ = ["Coll", "EditedStep", "add_collectives", "edit_step", "layer_map"]
+__all__ = ["Coll", "EditedStep", "add_collectives", "edit_step", "layer_map", "recomputation"]
 
 _OPT = (BLOCK["opt"], BLOCK["tail"])
 
@@ -61,6 +62,7 @@ class Piece(IntEnum):
     PLAIN = 0
     CHECKPOINTED = 1  # a layer's forward under activation checkpointing
     RECOMPUTED = 2  # that forward run again before the layer's backward
+    UNCHECKPOINTED = 3  # a checkpointed base layer's forward, in a step without checkpointing
 
 
 @dataclass
@@ -157,6 +159,25 @@ def _sections(step: GpuStep) -> tuple[list[int], dict[tuple[str, int], list[int]
     return head, sec, tail
 
 
+def recomputation(step: GpuStep) -> np.ndarray:
+    """Mask over the tasks of a base that recomputes: each layer's forward run again in its
+    backward, in every micro-batch (`gpu_recompute`); EditError where it is not found."""
+    _, sec, _ = _sections(step)
+    out = np.zeros(step.n, bool)
+    for kind, m in sec:
+        if kind != "b":
+            continue
+        runs = {}
+        for k in "fb":
+            _, r, ids, _ = _layer_runs(sec.get((k, m), []), step.layer)
+            runs[k] = dict(zip(ids, r, strict=True))
+        try:
+            out |= recomputed_tasks(step, runs["f"], runs["b"], f"micro-batch {m}")
+        except RecomputeError as exc:
+            raise EditError(str(exc)) from exc
+    return out
+
+
 def _layer_runs(
     tasks: list[int], layer: np.ndarray
 ) -> tuple[list[int], list[list[int]], list[int], list[int]]:
@@ -195,11 +216,8 @@ def edit_step(
     ends it holds, its schedule's order of forwards and backwards); the whole step if None."""
     if layers < 1 or micro_batches < 1:
         raise EditError(f"{step.job}: layers and micro-batches must be >= 1")
-    if base_recompute and not recompute:
-        raise EditError(
-            f"{step.job}: the base recomputes activations; an estimate without recomputation "
-            "from it is not supported yet (trace a run without checkpointing as the base)"
-        )
+    # a base that recomputes, for a step that does not: its recomputation left out
+    drop = recomputation(step) if base_recompute and not recompute else None
     recompute = recompute and not base_recompute
     # refused before anything is built: the edit's lists and the replay grow with the graph
     in_layers = int(np.count_nonzero(step.layer >= 0))
@@ -243,7 +261,7 @@ def edit_step(
         tasks: list[int],
         backward: bool,
         again: dict[int, list[int]] | None = None,
-        checkpointed: bool = False,
+        piece: Piece = Piece.PLAIN,
     ) -> list[int]:
         first = n_copy
         pre, runs, ids, post = _layer_runs(tasks, step.layer)
@@ -262,7 +280,7 @@ def edit_step(
                     raise EditError(f"{step.job}: base layer {b} has no tasks in a section")
                 if again is not None and b in again:
                     place(again[b], j, int(proc[by_layer[b][0]]), Piece.RECOMPUTED)
-                place(by_layer[b], j, piece=Piece.CHECKPOINTED if checkpointed else Piece.PLAIN)
+                place(by_layer[b], j, piece=piece)
         if st.first if backward else st.last:
             place(post)
         return list(range(first, n_copy))
@@ -272,13 +290,18 @@ def edit_step(
         src = mbs[-1] if m == micro_batches - 1 else mbs[min(m, len(mbs) - 1)]
         fwd = sec.get(("f", src), [])
         if kind == "f":
-            sections.append(("f", m, place_section(fwd, False, checkpointed=recompute)))
+            piece = Piece.CHECKPOINTED if recompute else Piece.PLAIN
+            piece = Piece.UNCHECKPOINTED if drop is not None else piece
+            sections.append(("f", m, place_section(fwd, False, piece=piece)))
             continue
         again = None
         if recompute:
             _, runs, ids, _ = _layer_runs(fwd, step.layer)
             again = dict(zip(ids, runs, strict=True))
-        copies = place_section(sec.get(("b", src), []), True, again)
+        bwd = sec.get(("b", src), [])
+        if drop is not None:
+            bwd = [t for t in bwd if not drop[t]]
+        copies = place_section(bwd, True, again)
         back_from.append(copies)
         sections.append(("b", m, copies))
     place(tail)

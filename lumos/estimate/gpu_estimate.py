@@ -106,9 +106,14 @@ class GpuModel:
         self._graphs: dict[Structure, tuple[EditedStep, ReplayGraph]] = {}
         self._scaled: dict[Structure, ScaledWaits | None] = {}
 
-    def _checkpointed(self, ed: EditedStep) -> np.ndarray:
-        """The CPU tasks of the layers' forward under activation checkpointing."""
-        return (ed.piece == int(Piece.CHECKPOINTED)) & ~self.step.is_gpu[ed.base]
+    def _checkpoint_factor(self, ed: EditedStep) -> np.ndarray:
+        """Per task of the edited step, the factor on its CPU time (and idle gap) that
+        checkpointing gives: a layer's forward under checkpointing costs `checkpoint_cpu` times
+        the plain one's, so a checkpointed base's forward without it costs that much less."""
+        cpu = ~self.step.is_gpu[ed.base]
+        c = self.checkpoint_cpu
+        f = np.where(ed.piece == int(Piece.CHECKPOINTED), c, 1.0)
+        return np.where(cpu, np.where(ed.piece == int(Piece.UNCHECKPOINTED), 1.0 / c, f), 1.0)
 
     def structure(self, cfg: ModelConfig) -> Structure:
         schedule = cfg.pp_schedule if cfg.pp > 1 else ""
@@ -158,7 +163,7 @@ class GpuModel:
                     ed = add_collectives(st, ed, tp=s[3], dp=s[4])
             tasks = ed.tasks
             i = tasks.schema.get_field_index("gap_ns")
-            gap = st.gap_ns[ed.base] * np.where(self._checkpointed(ed), self.checkpoint_cpu, 1.0)
+            gap = st.gap_ns[ed.base] * self._checkpoint_factor(ed)
             tasks = tasks.set_column(i, tasks.schema.field(i), _arrow(np.rint(gap)))
             g = build_graph(tasks, ed.deps, consts, mode="model", source=st.job)
             got = self._graphs[s] = (ed, g)
@@ -206,7 +211,7 @@ class GpuModel:
         fixed = np.minimum(dur, np.where(mm, self._gemm_fixed[b], self._fixed_cap))
         gpu_dur = np.where(st.kind[b] == int(Kind.GPU_WAIT), dur, fixed + (dur - fixed) * r)
         cpu_dur = unprofiled_cpu_ns(dur, st.n_events[b], event_ns)
-        cpu_dur = cpu_dur * np.where(self._checkpointed(ed), self.checkpoint_cpu, 1.0)
+        cpu_dur = cpu_dur * self._checkpoint_factor(ed)
         out = np.where(st.is_gpu[b], gpu_dur, cpu_dur)
         if ed.coll is not None:
             for code, ns in self.collective_ns(cfg).items():
