@@ -539,6 +539,33 @@ def test_collective_model_of_a_gpu_base_follows_its_link():
     assert CommModel.for_device(None).source == "default-gpu"
 
 
+def test_groups_beyond_a_node_cross_the_network(gpu_wh):
+    """From llama_base (H100): a DP group of 16 spans two 8-GPU nodes and its gradient
+    all-reduces move at the network link (50 GB/s per GPU, not NVLink's 450); dp=4 is inside a
+    node with tp=2 (4 x 2 GPUs) and crosses it with tp=4 (TP adjacent, DP strided by tp); the
+    estimate says so."""
+    from lumos.estimate.comm import GPUS_PER_NODE
+    from lumos.estimate.estimator import Estimator
+    from lumos.estimate.gpu_edit import Coll
+
+    est = Estimator.open(gpu_wh.root, f"gpu_h100/{BASE}")
+    model = est._gpu_model()
+    layer = int(Coll.DP_LAYER)
+
+    def dp_ns(**kw):  # noqa: ANN003, ANN202
+        return model.collective_ns(est.target(kw))[layer]
+
+    ring = {n: 2 * (n - 1) / n for n in (8, 16)}
+    # same bytes per rank: the time per ring factor grows by the links' ratio
+    slower = (dp_ns(dp=16) / ring[16]) / (dp_ns(dp=8) / ring[8])
+    assert 450 / 50 * 0.7 < slower < 450 / 50 * 1.05, slower
+    inside, across = dp_ns(dp=4, tp=2), dp_ns(dp=4, tp=4)
+    # tp=4 halves each rank's gradient bytes against tp=2, yet the network makes it slower
+    assert 4 * 2 <= GPUS_PER_NODE < 4 * 4 and across > 2 * inside
+    p = est.explain(est.target({"dp": 16}))
+    assert any("network link" in w for w in p.warnings), p.warnings
+
+
 def test_pipeline_stages_split_the_layers_and_pass_activations(gpu_wh):
     """pp=2 with four micro-batches from the single-GPU trace: two stages on two devices, the
     first holding the embedding and layers 0-3, the second layers 4-7 and the LM head; 1F1B's

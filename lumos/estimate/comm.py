@@ -48,6 +48,19 @@ LINK_BW: tuple[tuple[str, float], ...] = (
 # NCCL's ring all-reduce moves data at about this share of the link (nccl-tests' bus bandwidth
 # on 8-GPU NVLink nodes); an assumption until the warehouse holds all-reduces of the device
 NCCL_BUS_EFFICIENCY = 0.8
+# GPUs of one node (HGX / DGX boards of SXM GPUs, MI300X platforms): a group whose ranks span
+# more than a node's GPUs crosses the network
+GPUS_PER_NODE = 8
+# The network link of one GPU to other nodes, per direction (GB/s), by a pattern of the device's
+# name (first match): one NIC per GPU on DGX/HGX nodes (H100/H200/B200: ConnectX-7 400 Gb/s;
+# A100: HDR 200 Gb/s; MI300X: 400 Gb/s); V100 DGX-1: four EDR 100 Gb/s NICs for eight GPUs.
+# Others: 100 Gb/s.
+NODE_LINK_BW: tuple[tuple[str, float], ...] = (
+    (r"H100|H200|GH200|B200|MI300X", 50.0),
+    (r"A100", 25.0),
+    (r"V100", 6.25),
+)
+DEFAULT_NODE_LINK_BW = 12.5
 
 
 @dataclass
@@ -63,6 +76,8 @@ class CommModel:
     # jobs whose collectives were synchronous: their ranks run in lock-step (contention.Contention)
     lockstep_jobs: list[str] = field(default_factory=list)
     exposed_learned: bool = False
+    # the network link between nodes (bytes/ns, at NCCL_BUS_EFFICIENCY); None: one node
+    node_bw_bytes_per_ns: float | None = None
 
     @property
     def learned_fit(self) -> bool:
@@ -93,6 +108,33 @@ class CommModel:
                 f"peer wait from {p.cite()} (none on this device in the warehouse; {why})"
             ]
         return out
+
+    def with_node_link(self, device: str | None) -> CommModel:
+        """A copy that knows the network between nodes of GPUs named `device` (`NODE_LINK_BW`)."""
+        import re
+
+        gbs = next(
+            (g for pat, g in NODE_LINK_BW if device and re.search(pat, device, re.IGNORECASE)),
+            DEFAULT_NODE_LINK_BW,
+        )
+        return replace(self, node_bw_bytes_per_ns=gbs * NCCL_BUS_EFFICIENCY)
+
+    def spanning(self, n: int, stride: int = 1) -> CommModel:
+        """The model for a group of `n` ranks `stride` GPUs apart (Megatron's placement: TP
+        innermost, then DP, then PP): within a node while ``n * stride <= GPUS_PER_NODE``,
+        else its ring crosses the network and moves at the slower of the two links."""
+        if self.node_bw_bytes_per_ns is None or n * stride <= GPUS_PER_NODE:
+            return self
+        return replace(self, bw_bytes_per_ns=min(self.bw_bytes_per_ns, self.node_bw_bytes_per_ns))
+
+    def node_note(self) -> str:
+        """What `spanning` assumes, for an estimate's notes."""
+        if self.node_bw_bytes_per_ns is None:
+            return ""
+        return (
+            f"a group spanning more than {GPUS_PER_NODE} GPUs (a node; TP ranks adjacent, then "
+            f"DP, then PP) runs at the network link, {self.node_bw_bytes_per_ns:.0f} GB/s"
+        )
 
     def allreduce_ns(self, nbytes: float, n: int, sync: bool = False) -> float:
         """A ring all-reduce; `sync` for one the caller blocks on (with its learned latency)."""

@@ -848,9 +848,8 @@ class Estimator:
     def _gpu_comm(self) -> CommModel:
         """The GPU graph's collectives: the all-reduces the warehouse holds on the device when
         it holds some (`self.comm`, fitted), else the device's link (`CommModel.for_device`)."""
-        if self.comm.learned_fit:
-            return self.comm
-        return CommModel.for_device(self.device_name)
+        comm = self.comm if self.comm.learned_fit else CommModel.for_device(self.device_name)
+        return comm.with_node_link(self.device_name)
 
     def _gpu_predict_many(self, cfgs: Sequence[ModelConfig]) -> list[Prediction]:
         """Predictions from the base's GPU step graph, one batched replay per structure."""
@@ -925,7 +924,7 @@ class Estimator:
             notes.append(
                 f"collectives added to the graph ({'; '.join(what)}), an all-reduce a ring: "
                 "2(n-1) x alpha + 2(n-1)/n x bytes / bw, a transfer alpha + bytes / bw; "
-                + "; ".join(comm.notes)
+                + "; ".join([*comm.notes, *filter(None, [comm.node_note()])])
             )
         if cfg.recompute != self.base.recompute:
             notes.append(

@@ -223,17 +223,19 @@ class GpuModel:
         all-reduce of one micro-batch's activations (synchronous: the stream waits), DDP's
         all-reduces of the gradients of a layer, the LM head and the embedding (fp32 gradients
         under autocast), from the communication model."""
-        c = self.comm
+        tp_c = self.comm.spanning(cfg.tp)
+        dp_c = self.comm.spanning(cfg.dp, cfg.tp)
+        pp_c = self.comm.spanning(2, cfg.tp * cfg.dp)
         acts = float(cfg.micro_batch * cfg.seq * cfg.hidden * cfg.dtype_bytes)
         grad = 4.0 if cfg.autocast else float(cfg.dtype_bytes)
         return {
-            int(Coll.PP): c.p2p_ns(acts),
-            int(Coll.TP): c.allreduce_ns(acts, cfg.tp, sync=True),
-            int(Coll.DP_LAYER): c.allreduce_ns(grad * params_per_layer(cfg, cfg.tp), cfg.dp),
-            int(Coll.DP_HEAD): c.allreduce_ns(
+            int(Coll.PP): pp_c.p2p_ns(acts),
+            int(Coll.TP): tp_c.allreduce_ns(acts, cfg.tp, sync=True),
+            int(Coll.DP_LAYER): dp_c.allreduce_ns(grad * params_per_layer(cfg, cfg.tp), cfg.dp),
+            int(Coll.DP_HEAD): dp_c.allreduce_ns(
                 grad * head_params(cfg, cfg.tp, with_embedding=cfg.pp == 1), cfg.dp
             ),
-            int(Coll.DP_EMBED): c.exposed_allreduce_ns(
+            int(Coll.DP_EMBED): dp_c.exposed_allreduce_ns(
                 grad * embedding_params(cfg, cfg.tp), cfg.dp
             ),
         }
