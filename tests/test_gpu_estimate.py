@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from kernels.graph import Kind
+from lumos.estimate.config import RECOMPUTE
 
 BASE = "llama_base"
 
@@ -180,6 +181,29 @@ def test_recompute_runs_each_forward_again_on_the_backward_thread(base):
     fwd_cpu = ~gpu & np.isin(step.block[ed.base], BLOCK_FWD) & (ed.layer >= 0)
     threads = Counter(proc[fwd_cpu].tolist())
     assert len(threads) == 2 and len(set(threads.values())) == 1, threads
+
+
+def test_selective_recompute_runs_only_the_attention_again(base, gpu_wh):
+    """Megatron's selective recomputation: before each layer's backward only its attention
+    operator runs again (its kernels once more, on the backward thread), not the projections
+    and MLP; the step lands between no recomputation and full."""
+    from lumos.estimate.estimator import Estimator
+    from lumos.estimate.gpu_edit import Piece, edit_step
+    from lumos.estimate.gpu_step import BLOCK_FWD
+    from lumos.estimate.template import ROLE
+
+    step, cfg = base
+    ed = edit_step(step, cfg.layers, 1, cfg.layers, 1, recompute="selective")
+    again = ed.piece == int(Piece.RECOMPUTED)
+    names = np.array(step.tasks.column("name").to_pylist(), object)
+    kernels = again & (step.kind[ed.base] == int(Kind.GPU_KERNEL))
+    in_fwd = np.isin(step.block, BLOCK_FWD) & (step.layer >= 0)
+    attn_fwd = names[in_fwd & (step.kind == int(Kind.GPU_KERNEL)) & (step.role == ROLE["attn"])]
+    assert sorted(names[ed.base[kernels]]) == sorted(attn_fwd) and attn_fwd.size
+    assert (step.role[ed.base[again & ~step.is_gpu[ed.base]]] == ROLE["attn"]).all()
+    est = Estimator.open(gpu_wh.root, f"gpu_h100/{BASE}")
+    t = {r: est.explain(est.target({"recompute": r})).predicted_ns for r in RECOMPUTE}
+    assert t["none"] < t["selective"] < t["full"], t
 
 
 def test_base_step_without_the_profiler(base, gpu_runs):

@@ -928,8 +928,8 @@ class Estimator:
             )
         if cfg.recompute != self.base.recompute:
             notes.append(
-                "recomputation is modelled as each layer's forward run again before its "
-                "backward (taken out: the base's backward without the tasks that re-run its "
+                "recomputation is modelled as each layer's forward (selective: its attention) "
+                "run again before its backward (taken out: the base's backward without the tasks that re-run its "
                 "layers' forward), and a checkpointed forward's CPU time as "
                 f"{self._gpu_model().checkpoint_cpu:g}x the plain one's (checkpointing's "
                 "bookkeeping: docs/estimate-gpu.md)"

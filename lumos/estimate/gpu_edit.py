@@ -205,15 +205,19 @@ def edit_step(
     base_layers: int,
     base_mbs: int,
     *,
-    recompute: bool = False,
+    recompute: bool | str = False,
     base_recompute: bool = False,
     stage: Stage | None = None,
 ) -> EditedStep:
     """The target step's graph: `layers` per micro-batch, `micro_batches` forward+backward
-    passes, from a base of `base_layers` and `base_mbs`. `recompute` (full activation
-    checkpointing): each layer's forward runs again on the backward's thread right before
-    that layer's backward. `stage`: one pipeline stage's part of it (its layers, the model's
-    ends it holds, its schedule's order of forwards and backwards); the whole step if None."""
+    passes, from a base of `base_layers` and `base_mbs`. `recompute` (True or "full": full
+    activation checkpointing): each layer's forward runs again on the backward's thread right
+    before that layer's backward; "selective" (Megatron's): only its attention operators do,
+    the rest of the forward kept as it ran. `stage`: one pipeline stage's part of it (its
+    layers, the model's ends it holds, its schedule's order of forwards and backwards); the
+    whole step if None."""
+    selective = recompute == "selective"
+    recompute = recompute not in (False, "none")
     if layers < 1 or micro_batches < 1:
         raise EditError(f"{step.job}: layers and micro-batches must be >= 1")
     # a base that recomputes, for a step that does not: its recomputation left out
@@ -290,13 +294,15 @@ def edit_step(
         src = mbs[-1] if m == micro_batches - 1 else mbs[min(m, len(mbs) - 1)]
         fwd = sec.get(("f", src), [])
         if kind == "f":
-            piece = Piece.CHECKPOINTED if recompute else Piece.PLAIN
+            piece = Piece.CHECKPOINTED if recompute and not selective else Piece.PLAIN
             piece = Piece.UNCHECKPOINTED if drop is not None else piece
             sections.append(("f", m, place_section(fwd, False, piece=piece)))
             continue
         again = None
         if recompute:
             _, runs, ids, _ = _layer_runs(fwd, step.layer)
+            if selective:
+                runs = [[t for t in r if step.role[t] == ROLE["attn"]] for r in runs]
             again = dict(zip(ids, runs, strict=True))
         bwd = sec.get(("b", src), [])
         if drop is not None:

@@ -42,7 +42,7 @@ KERNEL_FIXED_QUANTILE = 0.1
 CHECKPOINT_FORWARD_CPU = 2.0
 
 # layers, micro-batches, recompute, TP, DP, pipeline stages, pipeline schedule
-Structure = tuple[int, int, bool, bool, bool, int, str]
+Structure = tuple[int, int, str, bool, bool, int, str]
 
 
 @dataclass
@@ -120,7 +120,7 @@ class GpuModel:
         return (
             cfg.layers,
             cfg.num_micro_batches,
-            cfg.recompute != "none",
+            cfg.recompute,
             cfg.tp > 1,
             cfg.dp > 1,
             cfg.pp,

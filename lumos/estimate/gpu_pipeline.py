@@ -49,7 +49,7 @@ def pipeline_step(
     *,
     stages: int,
     schedule: str = "1f1b",
-    recompute: bool = False,
+    recompute: bool | str = False,
     base_recompute: bool = False,
     tp: bool = False,
     dp: bool = False,
