@@ -40,10 +40,50 @@ def model_flops(cfg) -> float:  # noqa: ANN001
     return 6.0 * weights * tokens + 12.0 * cfg.layers * cfg.hidden * cfg.seq * tokens
 
 
+def _config(base, m: dict):  # noqa: ANN001, ANN202
+    """The configuration a corpus run's `measured.json` describes, on the base's other fields."""
+    return replace(
+        base,
+        layers=m["layers"],
+        hidden=m["hidden"],
+        ffn=m["ffn"],
+        heads=m["heads"],
+        kv_heads=m.get("kv", m["heads"]),
+        seq=m["seq"],
+        micro_batch=m["batch"],
+        num_micro_batches=m["mbs"],
+        recompute="full" if m["recompute"] else "none",
+    )
+
+
+def _every_base(root: Path, corpus: Path) -> None:
+    """Each run as the base, against the other runs of its family."""
+    from lumos.estimate.estimator import Estimator
+
+    runs = sorted(p for p in corpus.iterdir() if (p / "measured.json").is_file())
+    means = []
+    print(f"{'base':<18} {'mean':>7} {'max':>7}")
+    for b in runs:
+        est = Estimator.open(root, f"gpu_h100/{b.name}")
+        family = b.name.split("_")[0]
+        errs = [
+            abs(est.explain(_config(est.base, m)).predicted_ns / 1e6 / t - 1)
+            for t, m in (_truth(r) for r in runs if r != b and r.name.startswith(family + "_"))
+        ]
+        means.append(np.mean(errs))
+        print(f"{b.name:<18} {np.mean(errs):7.1%} {np.max(errs):7.1%}")
+    print(f"every base: mean of the means {np.mean(means):.1%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="llama_base")
     ap.add_argument("--shared", default=str(Path(__file__).resolve().parents[2] / "shared"))
+    ap.add_argument(
+        "--every-base",
+        action="store_true",
+        help="also each run of the corpus as the base: mean / max |error| over its family's others",
+    )
     args = ap.parse_args()
     from lumos.api import Warehouse
     from lumos.estimate.estimator import Estimator
@@ -61,18 +101,7 @@ def main() -> None:
         base_truth, _ = _truth(corpus / args.base)
         for run in sorted(p for p in corpus.iterdir() if p.name.startswith(family + "_")):
             truth, m = _truth(run)
-            cfg = replace(
-                base,
-                layers=m["layers"],
-                hidden=m["hidden"],
-                ffn=m["ffn"],
-                heads=m["heads"],
-                kv_heads=m.get("kv", m["heads"]),
-                seq=m["seq"],
-                micro_batch=m["batch"],
-                num_micro_batches=m["mbs"],
-                recompute="full" if m["recompute"] else "none",
-            )
+            cfg = _config(base, m)
             targets.append(cfg)
             t0 = time.process_time()
             pred = est.explain(cfg).predicted_ns / 1e6
@@ -82,6 +111,8 @@ def main() -> None:
         t0 = time.process_time()
         est.predict(targets * 10)
         sweep_cpu = time.process_time() - t0
+        if args.every_base:
+            _every_base(wh.root, corpus)
     print(f"base {args.base}: traced step {traced_base:.1f} ms (median of the traced steps)")
     print(f"{'run':<18} {'measured':>9} {'lumos':>9} {'err':>7} {'naive':>9} {'err':>7}")
     errs, naive_errs = [], []
