@@ -616,10 +616,10 @@ class Estimator:
         if max(cfg.zero_stage, self.base.zero_stage) > 0:
             out.append(
                 f"zero_stage {self.base.zero_stage} -> {cfg.zero_stage}: sharding (ZeRO, FSDP) "
-                "is modelled as the memory it saves (and the smaller working set); its "
-                "all-gathers and reduce-scatters, and the sharded base's own, are not in the "
-                "time (an FSDP2 job of 2 CPU ranks ran 1.9x the step predicted for its own "
-                "configuration)"
+                "is modelled by this CPU-operator template as the memory it saves (and the "
+                "smaller working set); its all-gathers and reduce-scatters, and the sharded "
+                "base's own, are not in the time (an FSDP2 job of 2 CPU ranks ran 1.9x the step "
+                "predicted for its own configuration; a single-GPU base's step graph has them)"
             )
         if cfg.recompute != self.base.recompute:
             out.append(

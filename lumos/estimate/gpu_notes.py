@@ -46,12 +46,12 @@ def gpu_collective_note(cfg: ModelConfig, comm: CommModel) -> str:
         if cfg.zero_stage >= 1:
             what.append(
                 f"ZeRO-{cfg.zero_stage}: the optimizer updates 1/{cfg.dp} of the parameters, "
-                "then all-gathers them"
                 + (
-                    "; each layer's parameters all-gathered before its forward and its "
-                    "backward (FSDP's all-gather stream)"
+                    "then all-gathers those no layer gathers (embedding, LM head); each "
+                    "layer's parameters all-gathered before its forward and its backward "
+                    "(FSDP's all-gather stream)"
                     if cfg.zero_stage >= 3
-                    else ""
+                    else "then all-gathers them"
                 )
             )
     return (
