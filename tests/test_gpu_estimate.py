@@ -251,15 +251,12 @@ def test_lumos_estimate_uses_the_gpu_graph(gpu_wh, gpu_runs):
     (q,) = est.predict([est.target({"layers": 16})])
     assert q.predicted_ns == p.predicted_ns
     assert q.traced_ns == p.traced_ns == p.breakdown["traced_step"] > p.predicted_ns
-    # ZeRO still goes through the CPU template's transforms, scaled to the step without the
-    # profiler: at the base itself both paths agree
-    zero = est.target({"dp": 2, "zero_stage": 1})
-    r = est.explain(zero)
-    assert "CPU-operator template" in r.warnings[0]
+    # ZeRO is a graph edit too (tests/test_gpu_sharding.py); the CPU template (what a
+    # recomputing base without recomputation falls back to), scaled to the step without the
+    # profiler, agrees with the graph at the base itself
+    zero = est.explain(est.target({"dp": 2, "zero_stage": 1}))
+    assert "GPU step graph" in zero.warnings[0]
     assert est._profiler_scale() < 0.9
-    raw = est._template_explain(zero).predicted_ns
-    assert r.predicted_ns == pytest.approx(raw * est._profiler_scale(), abs=1)
-    assert r.traced_ns == raw
     base = est.explain(est.base)
     scale = est._profiler_scale()
     assert abs(est._template_explain(est.base).predicted_ns * scale - base.predicted_ns) <= 1

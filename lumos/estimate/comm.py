@@ -1,6 +1,7 @@
 """Cost of the collectives the transforms insert.
 
-Ring all-reduce over n ranks: ``2(n-1)·alpha + 2(n-1)/n · bytes / bw`` (0 when n = 1);
+Ring all-reduce over n ranks: ``2(n-1)·alpha + 2(n-1)/n · bytes / bw`` (0 when n = 1); a ring
+reduce-scatter or all-gather of a `bytes` tensor half of it, ``(n-1)·alpha + (n-1)/n · bytes / bw``;
 point-to-point: ``alpha + bytes / bw``; a send costs the sender ``alpha``. `CommModel.calibrate`
 fits ``alpha`` and ``bw`` on the warehouse's collectives of the job's kind of device
 (`lumos_sql/estimate/comm_samples.sql`), and learns two latencies the transfer alone misses:
@@ -142,6 +143,14 @@ class CommModel:
             return 0.0
         alpha = self.sync_alpha_ns if sync and self.sync_alpha_ns is not None else self.alpha_ns
         return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / self.bw_bytes_per_ns
+
+    def reduce_scatter_ns(self, nbytes: float, n: int, sync: bool = False) -> float:
+        """A ring reduce-scatter of a `nbytes` tensor (each rank keeps 1/n of the sum)."""
+        return self.allreduce_ns(nbytes, n, sync) / 2
+
+    def all_gather_ns(self, nbytes: float, n: int, sync: bool = False) -> float:
+        """A ring all-gather into a `nbytes` tensor (each rank contributes 1/n of it)."""
+        return self.allreduce_ns(nbytes, n, sync) / 2
 
     def exposed_allreduce_ns(self, nbytes: float, n: int) -> float:
         """An asynchronous all-reduce the step waits for: its transfer plus the peer wait."""

@@ -33,6 +33,7 @@ from lumos.estimate.compress import CompressedGraph, compress
 from lumos.estimate.config import ConfigError, ModelConfig, parse_overrides
 from lumos.estimate.contention import ANOTHER_HOST, Contention
 from lumos.estimate.gemm_curve import GemmCurve, role_gemms
+from lumos.estimate.gpu_notes import gpu_collective_note
 from lumos.estimate.idle_gaps import IdleGaps
 from lumos.estimate.memory import MemoryEstimate, estimate_memory
 from lumos.estimate.op_times import OpTimes
@@ -87,11 +88,9 @@ SPEEDUP_PREFIX = "speedup."
 CACHE_FORMAT = 49
 # the cache folder of a single-GPU base's step graph
 GPU_STEP_DIR = "gpu_step"
-# what the GPU graph edits keep as the base has it (they add no collectives yet)
 # the largest speed-up (or slow-down) a what-if may ask of a kernel class: beyond it the step is
 # its idle gaps alone (speedup.all=1e308 predicted 5.9 ms for a 60 ms step)
 MAX_SPEEDUP = 1000.0
-GPU_SAME_KEYS = ("zero_stage", "sequence_parallel", "vocab_parallel")
 # merging a 50k-task graph's runs costs about as much as replaying it 3 times
 MERGE_MIN = 4
 FAMILIES = {
@@ -620,10 +619,10 @@ class Estimator:
         if max(cfg.zero_stage, self.base.zero_stage) > 0:
             out.append(
                 f"zero_stage {self.base.zero_stage} -> {cfg.zero_stage}: sharding (ZeRO, FSDP) "
-                "is modelled as the memory it saves (and the smaller working set); its "
-                "all-gathers and reduce-scatters, and the sharded base's own, are not in the "
-                "time (an FSDP2 job of 2 CPU ranks ran 1.9x the step predicted for its own "
-                "configuration)"
+                "is modelled by this CPU-operator template as the memory it saves (and the "
+                "smaller working set); its all-gathers and reduce-scatters, and the sharded "
+                "base's own, are not in the time (an FSDP2 job of 2 CPU ranks ran 1.9x the step "
+                "predicted for its own configuration; a single-GPU base's step graph has them)"
             )
         if cfg.recompute != self.base.recompute:
             out.append(
@@ -680,7 +679,15 @@ class Estimator:
         speedups = speedups or [{}] * len(targets)
         on_gpu = [i for i, cfg in enumerate(targets) if self._gpu_path(cfg, speedups[i])]
         gpu = (
-            dict(zip(on_gpu, self._gpu_predict_many([targets[i] for i in on_gpu]), strict=True))
+            dict(
+                zip(
+                    on_gpu,
+                    self._gpu_predict_many(
+                        [targets[i] for i in on_gpu], [speedups[i] for i in on_gpu]
+                    ),
+                    strict=True,
+                )
+            )
             if on_gpu
             else {}
         )
@@ -736,13 +743,14 @@ class Estimator:
     def explain(self, cfg: ModelConfig, speedup: Mapping[str, float] | None = None) -> Prediction:
         """One prediction with its breakdown (time per phase on the stage that ends last)."""
         if self._gpu_path(cfg, speedup):
-            return self._gpu_predict(cfg)
+            return self._gpu_predict(cfg, speedup or {})
         p = self._template_explain(cfg, speedup)
         return self._unprofiled(p) if self.gpu is not None else p
 
     def _unprofiled(self, p: Prediction) -> Prediction:
-        """A CPU-template prediction of a single-GPU base (ZeRO, sequence or vocabulary
-        parallelism, or speed-ups) scaled to the step without the profiler: by the base's own
+        """A CPU-template prediction of a single-GPU base (a target the GPU step graph does not
+        model: no recomputation from a base that recomputes) scaled to the step without the
+        profiler: by the base's own
         step, its GPU graph's (unprofiled) over the template's (traced), so that such an
         estimate and the GPU graph's agree at the base."""
         k = self._profiler_scale()
@@ -751,9 +759,8 @@ class Estimator:
             for key, v in p.breakdown.items()
         }
         note = (
-            "a change the GPU step graph does not model yet (ZeRO, sequence or vocabulary "
-            "parallelism, speed-ups, no recomputation from a base whose recomputation is not "
-            "found): "
+            "a change the GPU step graph does not model (no recomputation from a base whose "
+            "backward does not show its layers' recomputation): "
             "the CPU-operator "
             f"template's estimate, scaled by {k:.3f} (the base's step without the profiler, "
             "from its GPU step graph, over the template's traced step)"
@@ -817,12 +824,12 @@ class Estimator:
         )
 
     def _gpu_path(self, cfg: ModelConfig, speedup: Mapping[str, float] | None) -> bool:
-        """Whether `cfg` is predicted from the base's GPU step graph: a single-GPU base, no
-        speed-ups asked for, data, tensor and pipeline parallelism only
-        (`gpu_edit.add_collectives`, `gpu_pipeline`; no ZeRO, sequence or vocabulary
-        parallelism yet); recomputation taken out of a base that recomputes only where its
-        backward shows each layer's forward run again (`gpu_edit.recomputation`)."""
-        if self.gpu is None or speedup:
+        """Whether `cfg` is predicted from the base's GPU step graph: a single-GPU base (every
+        edit of it is a graph edit: shapes, layers, micro-batches, recomputation, DP / ZeRO,
+        TP / sequence / vocabulary parallelism, PP, speed-ups); recomputation taken out of a
+        base that recomputes only where its backward shows each layer's forward run again
+        (`gpu_edit.recomputation`)."""
+        if self.gpu is None:
             return False
         if self.base.recompute != "none" and cfg.recompute == "none":
             if self._no_uncheckpoint is None:
@@ -833,9 +840,8 @@ class Estimator:
                     self._no_uncheckpoint = ""
                 except EditError as exc:
                     self._no_uncheckpoint = str(exc)
-            if self._no_uncheckpoint:
-                return False
-        return all(getattr(cfg, k) == getattr(self.base, k) for k in GPU_SAME_KEYS)
+            return not self._no_uncheckpoint
+        return True
 
     def _gpu_model(self):  # noqa: ANN202 (GpuModel: imported lazily, with pyarrow)
         from lumos.estimate.gpu_estimate import GpuModel
@@ -851,26 +857,28 @@ class Estimator:
         comm = self.comm if self.comm.learned_fit else CommModel.for_device(self.device_name)
         return comm.with_node_link(self.device_name)
 
-    def _gpu_predict_many(self, cfgs: Sequence[ModelConfig]) -> list[Prediction]:
+    def _gpu_predict_many(
+        self, cfgs: Sequence[ModelConfig], speedups: Sequence[Mapping[str, float]]
+    ) -> list[Prediction]:
         """Predictions from the base's GPU step graph, one batched replay per structure."""
         from lumos.estimate.gpu_edit import EditError
 
         try:
-            preds, traced = self._gpu_model().predict(cfgs)
+            preds, traced = self._gpu_model().predict(cfgs, speedups)
         except EditError as exc:
             raise TransformError(str(exc)) from exc
         return [
-            self._gpu_prediction(c, int(p), traced_ns=int(t))
-            for c, p, t in zip(cfgs, preds, traced, strict=True)
+            self._gpu_prediction(c, int(p), traced_ns=int(t), speedup=sp)
+            for c, p, t, sp in zip(cfgs, preds, traced, speedups, strict=True)
         ]
 
-    def _gpu_predict(self, cfg: ModelConfig) -> Prediction:
+    def _gpu_predict(self, cfg: ModelConfig, speedup: Mapping[str, float]) -> Prediction:
         """`cfg`'s step from the base's GPU step graph with its breakdown and the traced step
         (the same graph with the profiler's cost kept)."""
         from lumos.estimate.gpu_edit import EditError
 
         try:
-            est = self._gpu_model().explain(cfg)
+            est = self._gpu_model().explain(cfg, speedup)
         except EditError as exc:
             raise TransformError(str(exc)) from exc
         parts = {
@@ -884,7 +892,9 @@ class Estimator:
             f"the same graph with the profiler: {est.traced_ns / 1e6:.1f} ms (the profiler's "
             f"share {100 * est.profiler_share:.0f}%)"
         )
-        return self._gpu_prediction(cfg, est.predicted_ns, parts, note, traced_ns=est.traced_ns)
+        return self._gpu_prediction(
+            cfg, est.predicted_ns, parts, note, traced_ns=est.traced_ns, speedup=speedup
+        )
 
     def _gpu_prediction(
         self,
@@ -894,6 +904,7 @@ class Estimator:
         traced: str | None = None,
         *,
         traced_ns: int | None = None,
+        speedup: Mapping[str, float] | None = None,
     ) -> Prediction:
         assert self.gpu is not None
         lo, hi = self.spread
@@ -904,27 +915,12 @@ class Estimator:
             + (f"; {traced}" if traced else "")
         ]
         if cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1:
-            comm = self._gpu_model().comm
-            what = []
-            if cfg.pp > 1:
-                what.append(
-                    f"pp={cfg.pp} ({cfg.pp_schedule}): one stage per GPU, each forward's "
-                    "activations and backward's gradients sent to the next / previous stage"
-                )
-            if cfg.tp > 1:
-                what.append(
-                    f"tp={cfg.tp}: an all-reduce of the activations on the compute stream after "
-                    "each row-parallel linear's forward and column-parallel linear's backward"
-                )
-            if cfg.dp > 1:
-                what.append(
-                    f"dp={cfg.dp}: DDP's gradient all-reduces on their own stream during the "
-                    "last micro-batch's backward, the optimizer waiting for them"
-                )
+            notes.append(gpu_collective_note(cfg, self._gpu_model().comm))
+        if speedup:
+            asked = ", ".join(f"{k} x{v:g}" for k, v in speedup.items())
             notes.append(
-                f"collectives added to the graph ({'; '.join(what)}), an all-reduce a ring: "
-                "2(n-1) x alpha + 2(n-1)/n x bytes / bw, a transfer alpha + bytes / bw; "
-                + "; ".join([*comm.notes, *filter(None, [comm.node_note()])])
+                f"speed-ups ({asked}) divide the durations of the GPU tasks of each class "
+                "(docs/estimate-gpu.md, 'Speed-ups on the graph'); CPU tasks keep theirs"
             )
         if cfg.recompute != self.base.recompute:
             notes.append(
@@ -944,6 +940,7 @@ class Estimator:
             breakdown=breakdown,
             host_cores=None,
             traced_ns=traced_ns,
+            speedups=dict(speedup or {}),
         )
 
     def target(self, overrides: Mapping[str, Any], where: str = "--set") -> ModelConfig:

@@ -106,6 +106,21 @@ class Coll(IntEnum):
     DP_LAYER = 2  # ... of one layer's gradients
     DP_EMBED = 3  # ... of the parts before the layers (the embedding)
     PP = 4  # a pipeline stage's activations (or their gradients) sent to the next (previous)
+    RS_HEAD = 5  # ZeRO >= 2: DP_HEAD's gradients reduce-scattered instead of all-reduced
+    RS_LAYER = 6  # ... DP_LAYER's
+    RS_EMBED = 7  # ... DP_EMBED's
+    ZERO_GATHER = 8  # ZeRO: the updated parameters all-gathered after the optimizer
+    Z3_GATHER_FWD = 9  # ZeRO-3: a layer's parameters all-gathered before its forward
+    Z3_GATHER_BWD = 10  # ... and again before its backward
+    SP_RS = 11  # sequence parallelism: TP's all-reduce as a reduce-scatter ...
+    SP_AG = 12  # ... and an all-gather
+    VP_LOSS = 13  # vocabulary parallelism: the parallel cross-entropy's small all-reduces
+    VP_EMBED = 14  # ... the embedding's output summed over the vocabulary's shards
+    VP_HEAD = 15  # ... the LM head's input gradient summed (a column-parallel linear)
+
+
+# the code of a piece's gradient reduce-scatter under ZeRO >= 2
+RS_OF = {Coll.DP_HEAD: Coll.RS_HEAD, Coll.DP_LAYER: Coll.RS_LAYER, Coll.DP_EMBED: Coll.RS_EMBED}
 
 
 # Megatron's tensor parallelism: a row-parallel linear's output is summed over the group in the
@@ -118,6 +133,7 @@ PP_NAME = "SendRecv (pipeline stages, modelled)"
 # the largest edited step graph built (as `transforms.MAX_TASKS` bounds the CPU template's)
 MAX_GRAPH_TASKS = MAX_TASKS
 DP_NAME = "AllReduce (DDP gradients, modelled)"
+RS_NAME = "ReduceScatter (ZeRO gradients, modelled)"
 
 
 def layer_map(base_layers: int, layers: int) -> list[int]:
@@ -495,7 +511,15 @@ def _edges(
 
 
 def add_collectives(
-    step: GpuStep, ed: EditedStep, *, tp: bool, dp: bool, embedding: bool = True
+    step: GpuStep,
+    ed: EditedStep,
+    *,
+    tp: bool,
+    dp: bool,
+    embedding: bool = True,
+    zero: int = 0,
+    sp: bool = False,
+    extra: list[Insert] | None = None,
 ) -> EditedStep:
     """`ed` with the collectives of tensor and data parallelism as GPU tasks.
 
@@ -508,7 +532,10 @@ def add_collectives(
       the backward (the LM head's, each layer's, the embedding's: `embedding` says whether the
       step holds it, a later pipeline stage does not) after that piece's last kernel; the first
       GPU task after the backward waits for the last of them (DDP's end-of-backward wait
-      before the optimizer).
+      before the optimizer). With `zero` >= 2 (ZeRO-2/3, FSDP) each is a reduce-scatter.
+    - `sp` (sequence parallelism, with `tp`): each TP all-reduce is a reduce-scatter followed
+      by an all-gather at the same place.
+    - `extra`: more GPU tasks to insert in the same pass (`gpu_sharding`).
 
     Each collective takes its prototype kernel's row (device) with the collective's kind and
     name and no launch call (it waits for the prototype through an edge; the CPU time of
@@ -524,7 +551,8 @@ def add_collectives(
             fwd = int(block[i]) in BLOCK_FWD
             if int(role[i]) in (TP_SUM_FORWARD if fwd else TP_SUM_BACKWARD):
                 last[(int(ed.copy[i]), int(role[i]))] = i
-        adds += [Insert(i, Coll.TP) for i in last.values()]
+        for i in last.values():
+            adds += [Insert(i, Coll.SP_RS), Insert(i, Coll.SP_AG)] if sp else [Insert(i, Coll.TP)]
     if dp and ed.back:
         proc = np.asarray(ed.tasks.column("proc").to_numpy(), np.int64)
         comm = int(proc.max()) + 1  # DDP's communication stream: a processor of its own
@@ -546,7 +574,11 @@ def add_collectives(
             # the first GPU task after the backward waits for the last bucket
             after = np.flatnonzero(kern & (np.arange(b.shape[0]) > dp_adds[-1].at))
             dp_adds[-1].then = int(after[0]) if after.size else -1
+        if zero >= 2:
+            for a in dp_adds:
+                a.code = RS_OF[a.code]
         adds += dp_adds
+    adds += extra or []
     return insert_tasks(step, ed, adds)
 
 
@@ -576,6 +608,17 @@ _COLL_NAMES = {
     Coll.DP_LAYER: DP_NAME,
     Coll.DP_EMBED: DP_NAME,
     Coll.PP: PP_NAME,
+    Coll.RS_HEAD: RS_NAME,
+    Coll.RS_LAYER: RS_NAME,
+    Coll.RS_EMBED: RS_NAME,
+    Coll.ZERO_GATHER: "AllGather (ZeRO parameters, modelled)",
+    Coll.Z3_GATHER_FWD: "AllGather (ZeRO-3 layer parameters, modelled)",
+    Coll.Z3_GATHER_BWD: "AllGather (ZeRO-3 layer parameters, modelled)",
+    Coll.SP_RS: "ReduceScatter (sequence parallel, modelled)",
+    Coll.SP_AG: "AllGather (sequence parallel, modelled)",
+    Coll.VP_LOSS: "AllReduce (vocab-parallel cross-entropy, modelled)",
+    Coll.VP_EMBED: "AllReduce (vocab-parallel embedding, modelled)",
+    Coll.VP_HEAD: "AllReduce (vocab-parallel LM head gradient, modelled)",
 }
 
 

@@ -12,7 +12,7 @@ structure in one batch. Details: docs/estimate-gpu.md, "Module notes".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,13 +20,16 @@ import numpy as np
 from kernels.graph import Kind, ReplayGraph
 from lumos.estimate.comm import CommModel
 from lumos.estimate.config import ModelConfig
-from lumos.estimate.gpu_edit import Coll, EditedStep, Piece, add_collectives, edit_step
+from lumos.estimate.gpu_edit import Coll, EditedStep, Piece, edit_step
 from lumos.estimate.gpu_pipeline import pipeline_constants, pipeline_step
+from lumos.estimate.gpu_sharding import add_parallel
+from lumos.estimate.gpu_speedup import speedup_divisor
 from lumos.estimate.gpu_step import GpuStep
 from lumos.estimate.kernel_work import KClass, fit_gemm, named_sizes, size_ratio
-from lumos.estimate.memory import embedding_params, head_params, params_per_layer
+from lumos.estimate.memory import embedding_params, head_params, params_per_layer, stage_layers
 from lumos.estimate.profiler_cost import PROFILER_EVENT_NS, unprofiled_cpu_ns
 from lumos.estimate.retime import features, stage_param_counts
+from lumos.estimate.template import ROLE
 from lumos.estimate.waits import ScaledWaits, has_peer_waits, scaled_waits
 from lumos.replay.build import build_graph
 
@@ -41,8 +44,10 @@ KERNEL_FIXED_QUANTILE = 0.1
 # from the two recompute runs of the H100 corpus (docs/estimate-gpu.md)
 CHECKPOINT_FORWARD_CPU = 2.0
 
-# layers, micro-batches, recompute, TP, DP, pipeline stages, pipeline schedule
-Structure = tuple[int, int, str, bool, bool, int, str]
+# layers, micro-batches, recompute ("none", "selective", "full"), TP, DP, pipeline stages,
+# pipeline schedule, ZeRO stage (0 without DP), sequence parallelism and vocabulary parallelism
+# (False without TP)
+Structure = tuple[int, int, str, bool, bool, int, str, int, bool, bool]
 
 
 @dataclass
@@ -103,6 +108,11 @@ class GpuModel:
         # the distinct input sizes of the kernels that follow their operator's input
         self._sized = step.is_gpu & (step.k_class == int(KClass.OTHER)) & (step.k_elems > 0)
         self._elems, self._elems_at = np.unique(step.k_elems, return_inverse=True)
+        # the layers' residual-stream kernels (norms, residual adds, dropout: element-wise, under a
+        # tokens x hidden operator) that sequence parallelism runs on seq / tp tokens
+        resid = self._sized & (step.layer >= 0) & (step.role == ROLE["tok_h"])
+        self._seq_tok_h = resid & (step.k_elems == self._base_sizes["tok_h"])
+        self._seq_tokens = resid & (step.k_elems == self._base_sizes["tokens"])
         self._graphs: dict[Structure, tuple[EditedStep, ReplayGraph]] = {}
         self._scaled: dict[Structure, ScaledWaits | None] = {}
 
@@ -125,6 +135,9 @@ class GpuModel:
             cfg.dp > 1,
             cfg.pp,
             schedule,
+            cfg.zero_stage if cfg.dp > 1 else 0,
+            cfg.sequence_parallel and cfg.tp > 1,
+            cfg.vocab_parallel and cfg.tp > 1,
         )
 
     def graph(self, s: Structure) -> tuple[EditedStep, ReplayGraph]:
@@ -147,6 +160,9 @@ class GpuModel:
                     base_recompute=b.recompute != "none",
                     tp=s[3],
                     dp=s[4],
+                    zero=s[7],
+                    sp=s[8],
+                    vp=s[9],
                 )
                 consts = pipeline_constants(consts, s[5])
             else:
@@ -159,8 +175,7 @@ class GpuModel:
                     recompute=s[2],
                     base_recompute=b.recompute != "none",
                 )
-                if s[3] or s[4]:
-                    ed = add_collectives(st, ed, tp=s[3], dp=s[4])
+                ed = add_parallel(st, ed, tp=s[3], dp=s[4], zero=s[7], sp=s[8], vp=s[9])
             tasks = ed.tasks
             i = tasks.schema.get_field_index("gap_ns")
             gap = st.gap_ns[ed.base] * self._checkpoint_factor(ed)
@@ -184,9 +199,16 @@ class GpuModel:
         sw = self._scaled[s]
         return None if sw is None else sw.delays(self.graph(s)[1].delay_ns, dur_ns)
 
-    def durations(self, ed: EditedStep, cfg: ModelConfig, event_ns: float) -> np.ndarray:
+    def durations(
+        self,
+        ed: EditedStep,
+        cfg: ModelConfig,
+        event_ns: float,
+        speed: Mapping[str, float] | None = None,
+    ) -> np.ndarray:
         """Durations of the edited step's tasks for `cfg` (the profiler's cost taken out of the
-        CPU tasks at `event_ns` per recorded event)."""
+        CPU tasks at `event_ns` per recorded event), the GPU tasks of each class in `speed`
+        (``speedup.<class>=N``) N times faster (`gpu_speedup`)."""
         st, b = self.step, ed.base
         dur = st.dur_ns[b].astype(np.float64)
         fb = np.where(self._base_feat > 0, self._base_feat, 1.0)
@@ -207,6 +229,8 @@ class GpuModel:
         )
         rs = by_size[self._elems_at][b]
         r = np.where(self._sized[b] & ~np.isnan(rs), rs, r)
+        if cfg.sequence_parallel and cfg.tp > 1:
+            r = self._sequence_split(r, b, sizes, cfg.tp)
         mm = np.isin(st.k_class[b], (int(KClass.GEMM), int(KClass.ATTENTION)))
         fixed = np.minimum(dur, np.where(mm, self._gemm_fixed[b], self._fixed_cap))
         gpu_dur = np.where(st.kind[b] == int(Kind.GPU_WAIT), dur, fixed + (dur - fixed) * r)
@@ -216,35 +240,79 @@ class GpuModel:
         if ed.coll is not None:
             for code, ns in self.collective_ns(cfg).items():
                 out[ed.coll == code] = ns
+            gather = ed.coll == int(Coll.ZERO_GATHER)
+            out[gather] = zero_gather_ns(cfg, self.comm.spanning(cfg.dp, cfg.tp))[stage_of[gather]]
+        if speed:
+            out = out / speedup_divisor(st, ed, speed)
         return np.rint(out).astype(np.int64)
+
+    def _sequence_split(
+        self, r: np.ndarray, b: np.ndarray, sizes: dict[str, float], tp: int
+    ) -> np.ndarray:
+        """`r` with the layers' residual-stream kernels on seq / tp tokens (sequence
+        parallelism): their named size's ratio over `tp`."""
+        base = self._base_sizes
+        for mask, key in ((self._seq_tok_h, "tok_h"), (self._seq_tokens, "tokens")):
+            r = np.where(mask[b], sizes[key] / base[key] / tp, r)
+        return r
 
     def collective_ns(self, cfg: ModelConfig) -> dict[int, float]:
         """The time of each kind of collective `add_collectives` puts in cfg's step: a TP
         all-reduce of one micro-batch's activations (synchronous: the stream waits), DDP's
         all-reduces of the gradients of a layer, the LM head and the embedding (fp32 gradients
-        under autocast), from the communication model."""
+        under autocast), or ZeRO-2/3's reduce-scatters of them, ZeRO-3's all-gathers of a
+        layer's parameters (fp32 under autocast, as the rank holds them), sequence
+        parallelism's reduce-scatter and all-gather of the activations and vocabulary
+        parallelism's all-reduces, from the communication model (ZeRO's all-gather after the
+        optimizer: `zero_gather_ns`), each group's over the links its ranks span."""
         tp_c = self.comm.spanning(cfg.tp)
-        dp_c = self.comm.spanning(cfg.dp, cfg.tp)
+        c = self.comm.spanning(cfg.dp, cfg.tp)
         pp_c = self.comm.spanning(2, cfg.tp * cfg.dp)
         acts = float(cfg.micro_batch * cfg.seq * cfg.hidden * cfg.dtype_bytes)
         grad = 4.0 if cfg.autocast else float(cfg.dtype_bytes)
+        layer = grad * params_per_layer(cfg, cfg.tp)
+        head = grad * head_params(cfg, cfg.tp, with_embedding=cfg.pp == 1)
+        embed = grad * embedding_params(cfg, cfg.tp)
+        exposed = c.exposed_wait_ns if cfg.dp > 1 else 0.0
+        # the parallel cross-entropy's per-token fp32 values
+        per_token = 4.0 * cfg.micro_batch * cfg.seq
         return {
             int(Coll.PP): pp_c.p2p_ns(acts),
             int(Coll.TP): tp_c.allreduce_ns(acts, cfg.tp, sync=True),
-            int(Coll.DP_LAYER): dp_c.allreduce_ns(grad * params_per_layer(cfg, cfg.tp), cfg.dp),
-            int(Coll.DP_HEAD): dp_c.allreduce_ns(
+            int(Coll.SP_RS): tp_c.reduce_scatter_ns(acts, cfg.tp, sync=True),
+            int(Coll.SP_AG): tp_c.all_gather_ns(acts, cfg.tp, sync=True),
+            int(Coll.VP_LOSS): tp_c.allreduce_ns(per_token, cfg.tp, sync=True),
+            int(Coll.VP_EMBED): (
+                tp_c.reduce_scatter_ns(acts, cfg.tp, sync=True)
+                if cfg.sequence_parallel
+                else tp_c.allreduce_ns(acts, cfg.tp, sync=True)
+            ),
+            int(Coll.VP_HEAD): tp_c.allreduce_ns(acts, cfg.tp, sync=True),
+            int(Coll.RS_LAYER): c.reduce_scatter_ns(layer, cfg.dp),
+            int(Coll.RS_HEAD): c.reduce_scatter_ns(head, cfg.dp),
+            int(Coll.RS_EMBED): c.reduce_scatter_ns(embed, cfg.dp) + exposed,
+            int(Coll.Z3_GATHER_FWD): c.all_gather_ns(layer, cfg.dp),
+            int(Coll.Z3_GATHER_BWD): c.all_gather_ns(layer, cfg.dp),
+            int(Coll.DP_LAYER): c.allreduce_ns(grad * params_per_layer(cfg, cfg.tp), cfg.dp),
+            int(Coll.DP_HEAD): c.allreduce_ns(
                 grad * head_params(cfg, cfg.tp, with_embedding=cfg.pp == 1), cfg.dp
             ),
-            int(Coll.DP_EMBED): dp_c.exposed_allreduce_ns(
+            int(Coll.DP_EMBED): c.exposed_allreduce_ns(
                 grad * embedding_params(cfg, cfg.tp), cfg.dp
             ),
         }
 
-    def predict(self, cfgs: Sequence[ModelConfig]) -> tuple[np.ndarray, np.ndarray]:
-        """Predicted steps (ns) of many configurations, without the profiler and as a trace
-        would record them (its cost kept): one batched replay per structure."""
+    def predict(
+        self,
+        cfgs: Sequence[ModelConfig],
+        speedups: Sequence[Mapping[str, float]] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted steps (ns) of many configurations (each with its speed-ups), without the
+        profiler and as a trace would record them (its cost kept): one batched replay per
+        structure."""
         from kernels.replay import replay_sweep
 
+        speed = list(speedups) if speedups else [{}] * len(cfgs)
         out = np.zeros((2, len(cfgs)), np.int64)
         groups: dict[Structure, list[int]] = {}
         for i, c in enumerate(cfgs):
@@ -252,7 +320,11 @@ class GpuModel:
         for s, idx in groups.items():
             ed, g = self.graph(s)
             dur = np.stack(
-                [self.durations(ed, cfgs[i], cost) for cost in (self.event_ns, 0.0) for i in idx]
+                [
+                    self.durations(ed, cfgs[i], cost, speed[i])
+                    for cost in (self.event_ns, 0.0)
+                    for i in idx
+                ]
             )
             delay = self.delays(s, dur)
             out[:, idx] = replay_sweep(g, dur, delay_ns=delay, parallel=len(idx) > 1).reshape(
@@ -260,13 +332,14 @@ class GpuModel:
             )
         return out[0], out[1]
 
-    def explain(self, cfg: ModelConfig) -> GpuEstimate:
-        """One configuration, with the same graph replayed with the profiler's cost kept."""
+    def explain(self, cfg: ModelConfig, speed: Mapping[str, float] | None = None) -> GpuEstimate:
+        """One configuration (with its speed-ups), with the same graph replayed with the
+        profiler's cost kept."""
         from kernels.replay import replay_sweep
 
         s = self.structure(cfg)
         ed, g = self.graph(s)
-        dur = np.stack([self.durations(ed, cfg, cost) for cost in (self.event_ns, 0.0)])
+        dur = np.stack([self.durations(ed, cfg, cost, speed) for cost in (self.event_ns, 0.0)])
         delay = self.delays(s, dur)
         pred, traced = (int(x) for x in replay_sweep(g, dur, delay_ns=delay, parallel=False))
         gpu = self.step.is_gpu[ed.base]
@@ -291,9 +364,21 @@ class GpuModel:
 
 def _features(cfg: ModelConfig, stage: int = 0) -> np.ndarray:
     """`retime.features` with the optimizer's feature the parameters the rank of pipeline
-    stage `stage` holds, embedding and LM head included where it holds them (a single-GPU base
-    holds the whole model)."""
-    return features(cfg, stage_param_counts(cfg)[stage])
+    stage `stage` updates, embedding and LM head included where it holds them (a single-GPU
+    base holds the whole model); under ZeRO (stage >= 1, dp > 1) its 1/dp shard of them."""
+    shard = cfg.dp if cfg.zero_stage >= 1 and cfg.dp > 1 else 1
+    return features(cfg, stage_param_counts(cfg)[stage] / shard)
+
+
+def zero_gather_ns(cfg: ModelConfig, comm: CommModel) -> np.ndarray:
+    """Per pipeline stage, ZeRO's all-gather after the optimizer: the updated parameters of
+    the stage (fp32 under autocast), all of them under ZeRO-1/2, under ZeRO-3 those no layer
+    gathers for itself (the embedding and the LM head: FSDP's root unit)."""
+    w = 4.0 if cfg.autocast else float(cfg.dtype_bytes)
+    counts = np.array(stage_param_counts(cfg))
+    if cfg.zero_stage >= 3:
+        counts -= np.array(stage_layers(cfg.layers, cfg.pp)) * params_per_layer(cfg, cfg.tp)
+    return np.array([comm.all_gather_ns(w * n, cfg.dp) for n in counts])
 
 
 def _arrow(values: np.ndarray):  # noqa: ANN202

@@ -25,11 +25,11 @@ from lumos.estimate.gpu_edit import (
     Stage,
     _kernels,
     _set,
-    add_collectives,
     edit_step,
     insert_tasks,
     pipeline_order,
 )
+from lumos.estimate.gpu_sharding import add_parallel
 from lumos.estimate.gpu_step import GpuStep
 from lumos.estimate.memory import stage_layers
 from lumos.replay.constants import DeviceConstants
@@ -53,9 +53,12 @@ def pipeline_step(
     base_recompute: bool = False,
     tp: bool = False,
     dp: bool = False,
+    zero: int = 0,
+    sp: bool = False,
+    vp: bool = False,
 ) -> EditedStep:
-    """The step of `stages` pipeline stages (each edited from the base step, with its TP and
-    DP collectives when asked) joined into one graph by the transfers between them."""
+    """The step of `stages` pipeline stages (each edited from the base step, with its TP, DP,
+    ZeRO and sequence / vocabulary parallelism's collectives when asked) joined into one graph by the transfers between them."""
     eds: list[EditedStep] = []
     lo = 0
     for s, n in enumerate(stage_layers(layers, stages)):
@@ -71,8 +74,7 @@ def pipeline_step(
             base_recompute=base_recompute,
             stage=stage,
         )
-        if tp or dp:
-            ed = add_collectives(step, ed, tp=tp, dp=dp, embedding=s == 0)
+        ed = add_parallel(step, ed, tp=tp, dp=dp, zero=zero, sp=sp, vp=vp, embedding=s == 0)
         eds.append(ed)
         lo += n
     joined = _join(eds)
