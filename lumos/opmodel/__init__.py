@@ -10,6 +10,7 @@ Modules, one job each:
 - `predict`   evaluating fitted models (pure numpy, no scikit-learn import) with an interval and
               an out-of-range flag
 - `store`     keeping fitted models and benchmark rows in the warehouse
+- `devices`   which device the warehouse holds rows for, matched to a trace's GPU name
 
 Importing this package imports numpy only; scikit-learn is imported when a model is fitted,
 pyarrow when the warehouse is read or written.
