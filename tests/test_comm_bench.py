@@ -165,3 +165,22 @@ def test_the_estimator_takes_benchmarks_of_its_own_device_only(gpu_wh, nccl_wh: 
         assert q.predicted_ns > p.predicted_ns  # Perlmutter's pair of A100s: slower all-reduces
     finally:
         shutil.rmtree(copied)
+
+
+def test_benchmarks_without_an_all_reduce_leave_the_datasheet(
+    shared_opbench: Path, tmp_path
+) -> None:
+    """A device whose imported benchmarks hold operators only: no curve, and the reason."""
+    from lumos.estimate.comm_bench import from_opbench
+    from lumos.opmodel.store import import_dir
+
+    src = shared_opbench / "perlmutter_a100" / "operator" / "NVIDIAA100-SXM4-80GB_gelu_fp16.csv"
+    (tmp_path / "bench").mkdir()
+    shutil.copy(src, tmp_path / "bench" / src.name)
+    import_dir(tmp_path / "bench", IMPORTED, tmp_path / "wh")
+    model, why = from_opbench(tmp_path / "wh", A100)
+    assert (
+        model is None and why == f"{IMPORTED}'s micro-benchmarks hold no all-reduce within a node"
+    )
+    model, why = from_opbench(tmp_path / "empty", A100)
+    assert model is None and why == f"no micro-benchmarks of {A100} in the warehouse's opbench"
