@@ -266,6 +266,7 @@ class Estimator:
         self._base_state = state_of(base)
         self.gpu: GpuStep | None = None  # a single-GPU base's step graph (`gpu_estimate`)
         self.device_name: str | None = None  # its device (the collectives' link)
+        self.warehouse_root: Path | None = None  # where its device's micro-benchmarks may be
         self._gpu = None  # its GpuModel, made on first use
         self._scale: float | None = None  # `_profiler_scale`, computed on first use
         # why a recomputing base's recomputation cannot be left out ("" when it can; None: not
@@ -365,6 +366,7 @@ class Estimator:
 
             est.gpu = GpuStep.load(folder / GPU_STEP_DIR)
             est.device_name = job_device(root, job).name
+            est.warehouse_root = wh_root
         return est
 
     # --- per configuration arrays --------------------------------------------------------------
@@ -852,10 +854,24 @@ class Estimator:
         return self._gpu
 
     def _gpu_comm(self) -> CommModel:
-        """The GPU graph's collectives: the all-reduces the warehouse holds on the device when
-        it holds some (`self.comm`, fitted), else the device's link (`CommModel.for_device`)."""
-        comm = self.comm if self.comm.learned_fit else CommModel.for_device(self.device_name)
-        return comm.with_node_link(self.device_name)
+        """The GPU graph's collectives, from the first tier that has the device: the all-reduces
+        the warehouse's traced jobs hold on it (`self.comm`, fitted), its NCCL micro-benchmarks
+        in the warehouse (`comm_bench`, their layouts crossing nodes as measured), its datasheet
+        link (`CommModel.for_device`); the notes say which and, below the first, why not the
+        tiers above. A fitted or datasheet model crosses nodes at the device's network link
+        (`CommModel.with_node_link`)."""
+        if self.comm.learned_fit:
+            return self.comm.with_node_link(self.device_name)
+        why = "no warehouse to look for micro-benchmarks in"
+        if self.warehouse_root is not None:
+            from lumos.estimate.comm_bench import from_opbench
+
+            bench, why = from_opbench(self.warehouse_root, self.device_name)
+            if bench is not None:
+                return bench
+        model = CommModel.for_device(self.device_name).with_node_link(self.device_name)
+        model.notes = [*model.notes, why]
+        return model
 
     def _gpu_predict_many(
         self, cfgs: Sequence[ModelConfig], speedups: Sequence[Mapping[str, float]]

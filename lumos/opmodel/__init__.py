@@ -9,7 +9,7 @@ Modules, one job each:
               then a log-space correction, then boosted trees on the residual
 - `predict`   evaluating fitted models (pure numpy, no scikit-learn import) with an interval and
               an out-of-range flag
-- `store`     keeping fitted models and benchmark rows in the warehouse
+- `store`     keeping benchmark rows in the warehouse; `devices`: whose, matched to a trace's GPU
 
 Importing this package imports numpy only; scikit-learn is imported when a model is fitted,
 pyarrow when the warehouse is read or written.

@@ -17,18 +17,12 @@ import numpy as np
 import pandas as pd
 
 from lumos.opmodel import features as F
+from lumos.opmodel.devices import opbench_dir
 from lumos.opmodel.opbench import OpbenchError, OpbenchFile, find_files, read_file
 
 __all__ = ["ImportResult", "import_dir", "load_rows", "opbench_dir"]
 
 SHA_KEY = b"lumos.source_sha256"
-
-
-def opbench_dir(warehouse: Path, device: str) -> Path:
-    """Where a device's benchmark rows live (the one place that knows this path)."""
-    from warehouse.layout import encode_job
-
-    return Path(warehouse) / "opbench" / f"device={encode_job(device)}"
 
 
 @dataclass
