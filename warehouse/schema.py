@@ -266,6 +266,8 @@ TASKS = pa.schema(
         pa.field("launch_src", pa.int64()),  # launching CPU task of a GPU task, -1 none
         pa.field("correlation", pa.int64()),
         pa.field("gap_ns", pa.int64()),  # CPU: idle time before the task no edge explains
+        # GPU: the inter-op gap measured in its step on its device (NULL: the device's applies)
+        pa.field("step_gap_ns", pa.int64()),
         pa.field("origin_ns", pa.int64()),
         # GPU: the delay before its start that no edge explains, kept in the model replay
         pa.field("ext_wait_ns", pa.int64()),

@@ -233,6 +233,11 @@ def step_from_tables(
         cpu = [int(r["cpu_step_ns"]) for r in full]
         same = [slices[int(np.argsort(cpu)[len(cpu) // 2])]]
     it, t, d, idx = same[-1]
+    if "step_gap_ns" in t.column_names:
+        # its durations are medians over the steps: its GPU tasks take the device's trace-wide
+        # gap (DeviceConstants.gap_ns), not the gap measured in the one step it copies
+        i = t.schema.get_field_index("step_gap_ns")
+        t = t.set_column(i, t.schema.field(i), pa.nulls(t.num_rows, pa.int64()))
     if not np.any(t.column("is_gpu").to_numpy(zero_copy_only=False)):
         raise GpuStepError(f"{job}: the traced step has no GPU task (a CPU trace)")
     dur = np.median([_int(s[1], "model_dur_ns", 0) for s in same], axis=0)

@@ -79,6 +79,15 @@ def _ext_wait(tasks: pa.Table | TaskColumns) -> np.ndarray:
     return np.maximum(_col(tasks, "ext_wait_ns", 0), 0)
 
 
+def _gpu_gaps(tasks: pa.Table | TaskColumns, dev: np.ndarray, gap_of: np.ndarray) -> np.ndarray:
+    """Each task's GPU inter-op gap: its step's on its device (`step_gap_ns`, graph/constants),
+    else its device's ``gap_ns`` (a task in no step, an estimate's tasks, tables without it)."""
+    names = tasks.table.column_names if isinstance(tasks, TaskColumns) else tasks.column_names
+    own = _col(tasks, "step_gap_ns", -1) if "step_gap_ns" in names else np.full(dev.shape, -1)
+    device = gap_of[np.maximum(dev, 0)] if gap_of.shape[0] else np.zeros(dev.shape, np.int64)
+    return np.where(own >= 0, own, device).astype(np.int64)
+
+
 def build_graph(
     tasks: pa.Table | TaskColumns,
     deps: pa.Table,
@@ -151,8 +160,7 @@ def build_graph(
     rt_lat = np.where(waits, sync_lat, 0)
 
     if mode == "model":
-        gpu_dev = np.where(is_gpu, dev, 0)
-        delay[is_gpu] = gap_of[gpu_dev[is_gpu]] if n_dev else 0
+        delay[is_gpu] = _gpu_gaps(tasks, dev, gap_of)[is_gpu]
         is_launch = d_kind == DEP_KIND["launch"]
         lat[is_launch] = lat_of[dev[d_dst[is_launch]]]
         # what held a GPU task that no edge explains (untraced peers, ...), as measured: a

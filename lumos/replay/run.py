@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 import lumos_sql
 from lumos.replay.build import TaskColumns, build_graph
-from lumos.replay.constants import DeviceConstants, estimate, to_arrow
+from lumos.replay.constants import DeviceConstants, estimate, step_gaps, to_arrow
 from lumos.replay.multirank import MODE as MULTIRANK
 from lumos.replay.multirank import build_multirank
 from warehouse.catalog import connect as catalog_connect
@@ -31,8 +31,8 @@ from warehouse.catalog import job_events_view, no_trace_message, threads_for
 from warehouse.layout import Layout, encode_job, write_parquet_atomic
 from warehouse.schema import SCHEDULES, TABLES
 
-GRAPH_SCRIPTS = ("base", "constants")
-GRAPH_SCRIPTS_AFTER_CONST = ("iterations", "tasks", "deps", "waits", "kernels", "slack")
+GRAPH_SCRIPTS = ("base", "iterations", "constants")
+GRAPH_SCRIPTS_AFTER_CONST = ("tasks", "deps", "waits", "kernels", "slack")
 MODES = ("model", "identity", MULTIRANK)
 RESULT_TABLES = ("iterations", "tasks", "deps", "kernels", "schedules", "iteration_replay")
 
@@ -64,7 +64,7 @@ def _last_uses() -> dict[str, tuple[str, ...]]:
     """Per script, the temp tables no later script reads or writes (the results excepted), from
     the scripts' declarations (`lumos_sql.declared`): the job's events are held several times
     over by the intermediate tables, and each is dropped as soon as nothing reads it any more.
-    g_const_raw is read by Python before const_table."""
+    g_const_raw and g_step_gap_raw are read by Python before const_table."""
     order = ("events", *_STEPS)
     decl = {name: lumos_sql.declared(f"graph/{name}") for name in order}
     created = {t for d in decl.values() for t in d.writes}
@@ -72,7 +72,8 @@ def _last_uses() -> dict[str, tuple[str, ...]]:
     for i, name in enumerate(order):
         for table in {*decl[name].reads, *decl[name].writes} & created:
             last[table] = i
-    last["g_const_raw"] = max(last.get("g_const_raw", 0), order.index("const_table"))
+    for raw in ("g_const_raw", "g_step_gap_raw"):
+        last[raw] = max(last.get(raw, 0), order.index("const_table"))
     out: dict[str, list[str]] = {name: [] for name in _STEPS}
     for table, i in last.items():
         if table not in GRAPH_RESULTS:
@@ -118,8 +119,12 @@ def _build_graph_tables(con, lean: bool) -> list[DeviceConstants]:  # noqa: ANN0
     raw = con.sql("SELECT * FROM g_const_raw").to_arrow_table().to_pylist()
     consts = estimate(raw)
     con.register("g_const_in", to_arrow(consts))
+    con.register(
+        "g_step_gap_in", step_gaps(con.sql("FROM g_step_gap_raw").to_arrow_table().to_pylist())
+    )
     _script(con, "const_table", lean)
     con.unregister("g_const_in")
+    con.unregister("g_step_gap_in")
     for name in GRAPH_SCRIPTS_AFTER_CONST:
         _script(con, name, lean)
     return consts

@@ -1,5 +1,5 @@
--- reads: g_gpu, g_rt1
--- writes: g_const_raw
+-- reads: g_gpu, g_launch_step, g_rt1
+-- writes: g_const_raw, g_queued_gap, g_step_gap_raw
 -- g_const_raw: the trace's own evidence for the replay constants, per rank and GPU device
 -- (lumos/replay/constants.py turns it into constants with explicit rules and fallbacks).
 --   idle_launch_*: launch call end -> GPU start, for tasks whose stream was idle when the call
@@ -11,6 +11,26 @@
 --   launch_call_*: duration of launching calls (cudaLaunchKernel & co.), blocking copies excluded
 --   max_queued:    the most GPU tasks launched but not started at the end of a launch call
 --                  (evidence of the launch-queue depth)
+-- g_step_gap_raw: the gap evidence of each profiler step (rank, device, step; a GPU task's step is
+-- its launch's, graph/iterations), by the same rule over the step's own queued gaps. The gap of
+-- the same tasks moves from step to step while gap + duration stays (trace_diff/test: its first
+-- 900 stream-7 tasks span 42.7-43.9 ms in every step, their gaps 7.2-8.5 ms of it), and the
+-- model replay takes each step's durations from that step: its gaps must come from it too.
+CREATE OR REPLACE TEMP TABLE g_queued_gap AS
+SELECT rank, device, correlation, ts_ns - prev_max_end AS g
+FROM g_gpu
+WHERE launch_end IS NOT NULL AND prev_max_end IS NOT NULL
+  AND launch_end < prev_max_end AND ts_ns >= prev_max_end;
+
+CREATE OR REPLACE TEMP TABLE g_step_gap_raw AS
+SELECT rank, device, step, avg(g) FILTER (WHERE g <= 3 * g_med) AS gap_med, count(*) AS gap_n
+FROM (SELECT q.rank, q.device, l.step, q.g,
+             median(q.g) OVER (PARTITION BY q.rank, q.device, l.step) AS g_med
+      FROM g_queued_gap AS q
+      JOIN g_launch_step AS l ON l.rank = q.rank AND l.correlation = q.correlation)
+GROUP BY ALL
+ORDER BY rank, device, step;
+
 CREATE OR REPLACE TEMP TABLE g_const_raw AS
 WITH devs AS (
     SELECT DISTINCT rank, device FROM g_gpu
@@ -23,11 +43,8 @@ WITH devs AS (
       AND coalesce(prev_max_end, 0) < launch_end AND ts_ns >= launch_end
     GROUP BY ALL
 ), gap0 AS (
-    SELECT rank, device, ts_ns - prev_max_end AS g,
-           median(ts_ns - prev_max_end) OVER (PARTITION BY rank, device) AS g_med
-    FROM g_gpu
-    WHERE launch_end IS NOT NULL AND prev_max_end IS NOT NULL
-      AND launch_end < prev_max_end AND ts_ns >= prev_max_end
+    SELECT rank, device, g, median(g) OVER (PARTITION BY rank, device) AS g_med
+    FROM g_queued_gap
 ), gap AS (
     -- the mean, not the median: a replay adds one gap per task, so only the mean keeps the sum
     -- of a stream's gaps (ns_resolution: GPU span error 0.15 % with the median, 0.02 % with the

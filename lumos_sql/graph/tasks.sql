@@ -1,4 +1,4 @@
--- reads: g_const, g_ev, g_gpu, g_groups, g_rt1
+-- reads: g_const, g_ev, g_gpu, g_groups, g_launch_step, g_rt1, g_step_gap
 -- writes: g_cpu, g_devs, g_p, g_procs, g_records, g_rt_in, g_streams, g_tasks0, tasks
 -- tasks: every task of the job's graph (run after graph/base and after g_const was filled).
 --
@@ -14,6 +14,9 @@
 -- tid), then GPU streams (by device, stream); devices are numbered densely per rank.
 -- `gap_ns` is the idle time before a CPU task on its thread (the start offset from the rank's
 -- origin for the first task of a thread): graph/deps turns it into the replay delay.
+-- `step_gap_ns` is a GPU task's inter-op gap as measured in its step on its device (g_step_gap;
+-- the step of its launch): the model replay's delay after its stream predecessor. NULL where the
+-- step has too few queued gaps (or the task is in no step): the device's gap_ns applies.
 CREATE OR REPLACE TEMP TABLE g_rt_in AS
 WITH a AS (
     -- the ASOF join over narrow rows, joined back by rowid
@@ -157,6 +160,11 @@ WITH ev_sync AS (
     JOIN g_tasks0 AS c
       ON c.rank = g.rank AND c.correlation = g.launch_corr AND c.role IN ('launch', 'copy_issue')
     WHERE g.is_gpu AND g.corr_rank = 1
+), step_gap AS (
+    SELECT g.rid, s.gap_ns AS step_gap_ns
+    FROM (SELECT rowid AS rid, rank, device, launch_corr FROM g_tasks0 WHERE is_gpu) AS g
+    JOIN g_launch_step AS l ON l.rank = g.rank AND l.correlation = g.launch_corr
+    JOIN g_step_gap AS s ON s.rank = g.rank AND s.device = g.device AND s.step = l.step
 ), gap AS (
     -- idle time before each CPU task on its thread: a narrow window, joined back by rowid
     SELECT rowid AS rid,
@@ -164,7 +172,7 @@ WITH ev_sync AS (
                AS gap_ns
     FROM g_tasks0 WHERE NOT is_gpu
 ), m AS (
-    SELECT t.*, ev.name, gp.gap_ns,
+    SELECT t.*, ev.name, gp.gap_ns, sg.step_gap_ns,
            s.proc AS t_proc, s.dev AS t_dev, e.record_task, rd.dev AS rank_dev
     FROM g_tasks0 AS t
     LEFT JOIN g_streams AS s
@@ -172,6 +180,7 @@ WITH ev_sync AS (
     LEFT JOIN ev_sync AS e ON e.rank = t.rank AND e.task = t.task
     LEFT JOIN rank_dev AS rd ON rd.rank = t.rank
     LEFT JOIN gap AS gp ON gp.rid = t.rowid
+    LEFT JOIN step_gap AS sg ON sg.rid = t.rowid
     -- names are carried by event_idx through the steps above and looked up once here
     LEFT JOIN g_ev AS ev ON ev.rank = t.rank AND ev.event_idx = t.event_idx
 )
@@ -220,6 +229,7 @@ SELECT
     coalesce(l.launch_task, -1) AS launch_src,
     coalesce(m.correlation, m.launch_corr) AS correlation,
     m.gap_ns,
+    m.step_gap_ns,
     m.origin_ns,
     -- a GPU task's measured external wait and its cause: filled in by graph/waits
     0::BIGINT AS ext_wait_ns,
