@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -257,3 +258,56 @@ def test_replay_status_and_the_check_say_the_waits(
     assert "unknown" in s0 and s0.rstrip().endswith("ok"), status.stdout
     row = next(r for r in _quality(replays["sampled"]) if r["metric"] == "cpu_step")
     assert "unknown" in likely_cause(row, 0) and "external waits" in likely_cause(row, 0)
+
+
+def test_a_speed_up_what_if_on_one_rank_of_128_keeps_and_scales_its_waits(wh) -> None:  # noqa: ANN001
+    """`sampled_rank-0`, rank 0 of a 128-rank job the estimator cannot read as a transformer:
+    its step graph as it ran answers speed-up what-ifs (`gpu_whatif`). Without speed-ups the
+    traced step is the one it measured, its waits kept in the replay; with
+    every GPU task twice as fast, a wait for peers that are not traced shrinks with the compute
+    before it (no more than that compute does), a wait of unknown cause is kept as measured."""
+    from lumos.estimate.gpu_whatif import whatif, whatif_model
+
+    w, _ = wh
+    model = whatif_model(w, "sampled", "not a transformer")
+    step = model.step
+    base = model.explain(model.base)
+    measured = float(np.median(step.step_ns))
+    assert abs(base.traced_ns / measured - 1) <= MAX_BOUND, (base.traced_ns, measured)
+    cause = np.array(step.tasks.column("wait_cause").to_pylist(), object)
+    waits = np.asarray(step.tasks.column("ext_wait_ns").fill_null(0).to_numpy(), np.int64)
+    peers, unknown = (cause == "peers_not_traced") & (waits > 0), (cause == "unknown") & (waits > 0)
+    assert peers.any() and unknown.any()
+    # the waits carried: each held task's replay delay holds its measured wait
+    _, graph = model.graph(model.structure(model.base))
+    held = peers | unknown
+    assert (graph.delay_ns[held] >= waits[held]).all()
+    # scaled: every GPU task twice as fast
+    s = model.structure(model.base)
+    ed, _ = model.graph(s)
+    dur = np.stack([model.durations(ed, model.base, 0.0, sp) for sp in ({}, {"all": 2.0})])
+    delay = model.delays(s, dur)
+    assert delay is not None
+    at = ed.base  # identity: edited ids are the base's
+    before, after = delay[0][peers[at]], delay[1][peers[at]]
+    assert (after <= before).all() and after.sum() < 0.9 * before.sum()
+    assert (after >= 0.5 * before - 1).all()
+    np.testing.assert_array_equal(delay[0][unknown[at]], delay[1][unknown[at]])
+    got = whatif(w, "sampled", {"all": 2.0}, "not a transformer")
+    assert got.predicted_ns <= got.base_ns and got.breakdown["external_waits_traced"] > 0
+
+
+def test_lumos_estimate_asks_only_speed_ups_of_a_job_it_cannot_read(wh) -> None:  # noqa: ANN001
+    """The CLI: `--set speedup.all=2` on one rank of the DLRM job (not a transformer) answers
+    from its step graph; `--set layers=2` names why not and says what still works."""
+    from cli_run import lumos
+
+    w, _ = wh
+    ok = lumos("estimate", "--job", "dlrm_r0", "--warehouse", str(w), "--set", "speedup.all=2")
+    assert ok.returncode == 0, ok.stderr
+    first = ok.stdout.splitlines()[0]
+    pred, base = (float(x) for x in re.findall(r"([\d.]+) ms", first)[:2])
+    assert pred < base
+    assert "only speed-ups can be asked" in ok.stdout
+    no = lumos("estimate", "--job", "dlrm_r0", "--warehouse", str(w), "--set", "layers=2")
+    assert no.returncode == 2 and "speed-up what-ifs" in no.stderr, no.stderr

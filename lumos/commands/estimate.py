@@ -48,9 +48,18 @@ def _run_local(args: argparse.Namespace) -> int:
     try:
         base = parse_overrides(args.base, "--base")
         keys, speed = split_speedups(args.set, "--set")
-        est = Estimator.open(
-            args.warehouse, args.job, base, on_build=_say, host_cores=args.host_cores
-        )
+        try:
+            est = Estimator.open(
+                args.warehouse, args.job, base, on_build=_say, host_cores=args.host_cores
+            )
+        except TemplateError as exc:
+            if keys or base or args.save:
+                raise TemplateError(
+                    f"{exc}; speed-up what-ifs (--set speedup.<class>=N alone) can still be "
+                    "estimated from its step graph"
+                ) from exc
+            # the model is not read, but its step graph answers speed-up what-ifs
+            return _whatif(args, speed, str(exc))
         if not args.save:
             # what follows holds no pandas object: pyarrow's probe for one would import pandas,
             # 0.2 s of a cached estimate's start-up (`--save` writes through pandas)
@@ -95,6 +104,27 @@ def _run_local(args: argparse.Namespace) -> int:
     print(f"memory per rank {pred.memory_bytes / 2**20:.1f} MiB: {fits}")
     for w in pred.warnings:
         print(f"warning: {w}")
+    return 0
+
+
+def _whatif(args: argparse.Namespace, speed: dict[str, float], why: str) -> int:
+    """Speed-ups on the step graph of a job whose model the estimator does not read."""
+    from lumos.estimate.gpu_step import GpuStepError
+    from lumos.estimate.gpu_whatif import whatif
+
+    try:
+        w = whatif(args.warehouse, args.job, speed, why)
+    except (GpuStepError, LookupError) as exc:
+        print(f"lumos estimate: {why}; and its step graph: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(w.to_dict(), indent=2))
+        return 0
+    print(f"predicted {_ms(w.predicted_ns)}  (rank {w.rank}'s step as it ran: {_ms(w.base_ns)})")
+    for k, v in w.breakdown.items():
+        print(f"  {k:<22} {_ms(v)}")
+    for warning in w.warnings:
+        print(f"warning: {warning}")
     return 0
 
 

@@ -23,7 +23,15 @@ from lumos.estimate.gpu_step import BLOCK_BWD, BLOCK_FWD, GpuStep
 from lumos.estimate.template import BLOCK, ROLE
 from lumos.estimate.transforms import MAX_TASKS
 
-__all__ = ["Coll", "EditedStep", "add_collectives", "edit_step", "layer_map", "recomputation"]
+__all__ = [
+    "Coll",
+    "EditedStep",
+    "add_collectives",
+    "edit_step",
+    "identity_edit",
+    "layer_map",
+    "recomputation",
+]
 
 _OPT = (BLOCK["opt"], BLOCK["tail"])
 
@@ -173,6 +181,20 @@ def _sections(step: GpuStep) -> tuple[list[int], dict[tuple[str, int], list[int]
             pending.append(int(t))
     tail = pending + tail if not tail else tail + pending
     return head, sec, tail
+
+
+def identity_edit(step: GpuStep) -> EditedStep:
+    """The base step as it ran, every task once and every edge kept: the graph of a what-if
+    that changes no structure (a step whose layers are not found, a multi-rank base)."""
+    n = step.n
+    return EditedStep(
+        base=np.arange(n, dtype=np.int64),
+        copy=np.zeros(n, np.int64),
+        layer=np.asarray(step.layer, np.int64).copy(),
+        tasks=step.tasks,
+        deps=step.deps,
+        piece=np.full(n, int(Piece.PLAIN), np.int64),
+    )
 
 
 def recomputation(step: GpuStep) -> np.ndarray:

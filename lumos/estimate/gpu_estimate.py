@@ -20,7 +20,7 @@ import numpy as np
 from kernels.graph import Kind, ReplayGraph
 from lumos.estimate.comm import CommModel
 from lumos.estimate.config import ModelConfig
-from lumos.estimate.gpu_edit import Coll, EditedStep, Piece, edit_step
+from lumos.estimate.gpu_edit import Coll, EditedStep, EditError, Piece, edit_step, identity_edit
 from lumos.estimate.gpu_pipeline import pipeline_constants, pipeline_step
 from lumos.estimate.gpu_sharding import add_parallel
 from lumos.estimate.gpu_speedup import speedup_divisor
@@ -79,9 +79,13 @@ class GpuModel:
         event_ns: float = PROFILER_EVENT_NS,
         checkpoint_cpu: float = CHECKPOINT_FORWARD_CPU,
         comm: CommModel | None = None,
+        fixed: str = "",
     ):
         self.step = step
         self.base = base
+        # why only the base's own structure can be predicted (its step as it ran, speed-ups
+        # and the profiler's cost aside): a step whose layers are not found; "" edits freely
+        self.fixed = fixed
         self.comm = comm or CommModel.default("gpu")
         self.event_ns = event_ns
         self.checkpoint_cpu = checkpoint_cpu
@@ -147,7 +151,14 @@ class GpuModel:
         if got is None:
             st, b = self.step, self.base
             consts = st.constants
-            if s[5] > 1:
+            if self.fixed:
+                if s != self.structure(b):
+                    raise EditError(
+                        f"{st.job}: {self.fixed}: only speed-ups (speedup.<class>=N) can be "
+                        "estimated from its step as it ran"
+                    )
+                ed = identity_edit(st)
+            elif s[5] > 1:
                 ed = pipeline_step(
                     st,
                     s[0],

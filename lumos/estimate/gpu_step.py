@@ -216,11 +216,13 @@ def step_from_tables(
     *,
     rank: int = 0,
     sizes: ShapeRoles | None = None,
+    structured: bool = True,
 ) -> GpuStep:
     """Build the base step from one rank's replay tables (`tasks`, `deps`, `iterations`), its
     top-level ops (`estimate/template_tasks.sql` rows), its recorded CPU events (`tid`,
     `ts_ns`: `estimate/cpu_event_times.sql`) and the innermost operator of each launching call
-    (correlation -> name, input shapes and instance key: `estimate/launch_ops.sql`)."""
+    (correlation -> name, input shapes and instance key: `estimate/launch_ops.sql`).
+    `structured=False` keeps a step whose layers are not found, unlabelled."""
     its = [r for r in iterations.to_pylist() if int(r["rank"]) == rank]
     full = [r for r in its if not r["truncated"]] or its
     if not full:
@@ -249,7 +251,12 @@ def step_from_tables(
     try:
         lab, how = label_step(ref, job, sizes)
     except TemplateError as e:
-        raise GpuStepError(str(e)) from e
+        if structured:
+            raise GpuStepError(str(e)) from e
+        # a step whose model is not read (not a transformer, compiled): its tasks unlabelled,
+        # for what-ifs that change no structure (`gpu_whatif`)
+        lab = {k: [-1] * len(ref) for k in ("block", "layer", "mb", "role")}
+        how = f"not labelled ({e})"
     s0 = int(it["cpu_start_ns"])
     op_tid = np.array([int(r["tid"]) for r in ref], np.int64)
     op_ts = np.array([s0 + int(r["rel_ns"]) for r in ref], np.int64)
@@ -339,7 +346,9 @@ def _task_steps(tasks: pa.Table, its: list[dict[str, Any]]) -> np.ndarray:
     return out
 
 
-def load_gpu_step(wh: Any, job: str, *, rank: int = 0, sizes: ShapeRoles | None = None) -> GpuStep:
+def load_gpu_step(
+    wh: Any, job: str, *, rank: int = 0, sizes: ShapeRoles | None = None, structured: bool = True
+) -> GpuStep:
     """The base step of `job` from the warehouse `wh` (a `lumos.api.Warehouse`): its graph is
     rebuilt in memory from the job's events (nothing written). `sizes` (`template.shape_roles` of
     the base configuration) gives operators without a role by name their role by the size of
@@ -376,6 +385,7 @@ def load_gpu_step(wh: Any, job: str, *, rank: int = 0, sizes: ShapeRoles | None 
         {int(c): (name, dims, key) for c, name, dims, key in lops},
         rank=rank,
         sizes=sizes,
+        structured=structured,
     )
 
 
