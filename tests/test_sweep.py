@@ -405,3 +405,39 @@ def test_a_grid_swept_in_chunks_equals_the_whole_grid(examples, warehouse_dir, t
     with pytest.raises(ValueError, match="points_per_chunk must be at least 1, got 0"):
         plan_chunks(warehouse_dir, [grid], points_per_chunk=0)
     assert len(list((warehouse_dir / "estimates").glob("job=*/sweep=*.parquet"))) == 2
+
+
+def test_points_out_of_range_fail_alone_and_each_point_is_estimated_once(gpt_cpu_wh, tmp_path):
+    """A point whose graph is too big fails its own graph's batch, not the grid's: every other
+    point is estimated once (it was estimated again, one by one, when any point failed), its
+    prediction the same as in a grid without the failing points, and the failing points are
+    listed as invalid in the grid's order."""
+    from lumos.estimate.estimator import Estimator
+    from lumos.estimate.sweep import load_grid, run_sweep
+
+    class Counting(Estimator):
+        """The real estimator, counting the configurations it is asked to predict."""
+
+        asked = 0
+
+        def predict(self, targets, *args, **kw):  # noqa: ANN001, ANN002, ANN003, ANN201
+            Counting.asked += len(targets)
+            return super().predict(targets, *args, **kw)
+
+    est = Estimator.open(gpt_cpu_wh, "gpt_cpu")
+    est.__class__ = Counting
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("grid:\n  layers: [2, 80000, 4]\n  num_micro_batches: [2, 4]\n")
+    good = tmp_path / "good.yaml"
+    good.write_text("grid:\n  layers: [2, 4]\n  num_micro_batches: [2, 4]\n")
+    res = run_sweep(est, load_grid(bad), "gpt_cpu")
+    # 4 good points once each, the 2 failing ones in their batch and then alone
+    assert Counting.asked == 4 + 2 * 2
+    assert [p.config.layers for p in res.predictions] == [2, 2, 4, 4]
+    assert len(res.invalid) == 2
+    assert "{'layers': 80000}:" in res.invalid[0]  # the base's num_micro_batches is 2
+    assert "'layers': 80000, 'num_micro_batches': 4}" in res.invalid[1]
+    assert all("would be a graph of" in m for m in res.invalid)
+    alone = run_sweep(Estimator.open(gpt_cpu_wh, "gpt_cpu"), load_grid(good), "gpt_cpu")
+    assert [p.predicted_ns for p in res.predictions] == [p.predicted_ns for p in alone.predictions]
+    assert [p.config for p in res.predictions] == [p.config for p in alone.predictions]
