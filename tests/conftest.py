@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -94,13 +95,13 @@ def s3_server() -> str:
     server.stop()
 
 
-@pytest.fixture
-def s3_env(s3_server: str) -> dict[str, str]:
-    """The standard AWS variables for a fresh bucket on the local server."""
+def _fresh_bucket(endpoint: str) -> dict[str, str]:
+    """The standard AWS variables for a new bucket (`BUCKET`) on the local server at
+    `endpoint`, created."""
     import boto3
 
     env = {
-        "AWS_ENDPOINT_URL": s3_server,
+        "AWS_ENDPOINT_URL": endpoint,
         "AWS_ACCESS_KEY_ID": "lumos-test",
         "AWS_SECRET_ACCESS_KEY": "lumos-test",
         "AWS_REGION": "us-east-1",
@@ -108,9 +109,21 @@ def s3_env(s3_server: str) -> dict[str, str]:
     }
     boto3.client(
         "s3",
-        endpoint_url=s3_server,
+        endpoint_url=endpoint,
         aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
         region_name=env["AWS_REGION"],
     ).create_bucket(Bucket=env["BUCKET"])
     return env
+
+
+@pytest.fixture(scope="session")
+def fresh_bucket() -> Callable[[str], dict[str, str]]:
+    """`_fresh_bucket`, for fixtures of a wider scope than `s3_env`'s."""
+    return _fresh_bucket
+
+
+@pytest.fixture
+def s3_env(s3_server: str) -> dict[str, str]:
+    """The standard AWS variables for a fresh bucket on the local server."""
+    return _fresh_bucket(s3_server)
