@@ -58,6 +58,24 @@ def gpu_wh(gpu_runs: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real single-rank run of `torch_traces.TINY_GPT` by the ground-truth trainer (~10 s),
+    recorded once for the tests that estimate from it: the folder holding its job `base`."""
+    from torch_traces import TINY_GPT, require_torch
+
+    require_torch()
+    from lumos.groundtruth.config import RunControl, make_config
+    from lumos.groundtruth.runner import run_config
+
+    runs = tmp_path_factory.mktemp("tiny") / "runs"
+    run_config(
+        make_config(TINY_GPT, name="base"), RunControl(repeat=3, steps=1, warmup=1), runs,
+        "merged", log=lambda m: None,
+    )  # fmt: skip
+    return runs
+
+
+@pytest.fixture(scope="session")
 def examples() -> Path:
     return EXAMPLES
 

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from torch_traces import require_torch
 
 from lumos.estimate.sweep import GridError, load_grid, parse_constraint
 
@@ -105,26 +104,15 @@ def test_missing_grid_file_is_clear(tmp_path):
         load_grid(tmp_path / "nope.yaml")
 
 
-TINY = dict(layers=2, hidden=32, heads=2, seq=16, micro_batch=2, num_micro_batches=2, vocab=64)
-
-
 @pytest.fixture(scope="module")
-def real_estimator(tmp_path_factory):
-    """The estimator of one real single-rank training run (~10 s), ingested."""
-
-    require_torch()
+def real_estimator(tiny_run: Path, tmp_path_factory):
+    """The estimator of the session's tiny real single-rank run (`tiny_run`), ingested."""
     from lumos.estimate.estimator import Estimator
-    from lumos.groundtruth.config import RunControl, make_config
-    from lumos.groundtruth.runner import run_config
     from warehouse.ingest import ingest
 
-    tmp = tmp_path_factory.mktemp("sweep")
-    run_config(
-        make_config(TINY, name="base"), RunControl(repeat=1, steps=1, warmup=1), tmp / "runs",
-        "merged", log=lambda m: None,
-    )  # fmt: skip
-    ingest([str(tmp / "runs")], warehouse=tmp / "wh")
-    return Estimator.open(tmp / "wh", "base")
+    wh = tmp_path_factory.mktemp("sweep") / "wh"
+    ingest([str(tiny_run)], warehouse=wh)
+    return Estimator.open(wh, "base")
 
 
 def test_compressed_sweep_equals_full_graphs_and_single_estimates(real_estimator):
