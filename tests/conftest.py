@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,24 @@ def gpu_wh(gpu_runs: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real single-rank run of `torch_traces.TINY_GPT` by the ground-truth trainer (~10 s),
+    recorded once for the tests that estimate from it: the folder holding its job `base`."""
+    from torch_traces import TINY_GPT, require_torch
+
+    require_torch()
+    from lumos.groundtruth.config import RunControl, make_config
+    from lumos.groundtruth.runner import run_config
+
+    runs = tmp_path_factory.mktemp("tiny") / "runs"
+    run_config(
+        make_config(TINY_GPT, name="base"), RunControl(repeat=3, steps=1, warmup=1), runs,
+        "merged", log=lambda m: None,
+    )  # fmt: skip
+    return runs
+
+
+@pytest.fixture(scope="session")
 def examples() -> Path:
     return EXAMPLES
 
@@ -94,13 +113,13 @@ def s3_server() -> str:
     server.stop()
 
 
-@pytest.fixture
-def s3_env(s3_server: str) -> dict[str, str]:
-    """The standard AWS variables for a fresh bucket on the local server."""
+def _fresh_bucket(endpoint: str) -> dict[str, str]:
+    """The standard AWS variables for a new bucket (`BUCKET`) on the local server at
+    `endpoint`, created."""
     import boto3
 
     env = {
-        "AWS_ENDPOINT_URL": s3_server,
+        "AWS_ENDPOINT_URL": endpoint,
         "AWS_ACCESS_KEY_ID": "lumos-test",
         "AWS_SECRET_ACCESS_KEY": "lumos-test",
         "AWS_REGION": "us-east-1",
@@ -108,9 +127,21 @@ def s3_env(s3_server: str) -> dict[str, str]:
     }
     boto3.client(
         "s3",
-        endpoint_url=s3_server,
+        endpoint_url=endpoint,
         aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
         region_name=env["AWS_REGION"],
     ).create_bucket(Bucket=env["BUCKET"])
     return env
+
+
+@pytest.fixture(scope="session")
+def fresh_bucket() -> Callable[[str], dict[str, str]]:
+    """`_fresh_bucket`, for fixtures of a wider scope than `s3_env`'s."""
+    return _fresh_bucket
+
+
+@pytest.fixture
+def s3_env(s3_server: str) -> dict[str, str]:
+    """The standard AWS variables for a fresh bucket on the local server."""
+    return _fresh_bucket(s3_server)

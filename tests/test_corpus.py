@@ -198,13 +198,20 @@ def test_spread_and_accuracy_commands(corpus_wh, capsys, tmp_path):
     assert float(rows["dp2"][3]) == pytest.approx(m["median"] / 1e6, abs=0.01)
     assert main(["groundtruth", "spread", str(tmp_path)]) == 2
     assert "no job folder" in capsys.readouterr().err
-    assert main(["groundtruth", "accuracy", str(CORPUS), "--warehouse", str(corpus_wh)]) == 0
-    out = capsys.readouterr().out
-    assert "mean |error|" in out and "tp2" in out
-    assert main(["groundtruth", "accuracy", str(CORPUS), "--warehouse", str(corpus_wh),
+    # the command on two of the corpus's runs (the same files as the warehouse's jobs): the
+    # whole corpus's figures are test_estimation_accuracy's and ..._from_the_base_alone's
+    small = tmp_path / "small"
+    for name in ("base", "tp2"):
+        shutil.copytree(CORPUS / name, small / name)
+    assert main(["groundtruth", "accuracy", str(small), "--warehouse", str(corpus_wh)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "from base:"
+    assert [line.split()[0] for line in out[2:4]] == ["base", "tp2"]
+    assert out[4].startswith("mean |error|") and "over 1 configuration(s)" in out[4]
+    assert main(["groundtruth", "accuracy", str(small), "--warehouse", str(corpus_wh),
                  "--no-calibration"]) == 0  # fmt: skip
     assert "from base alone (no calibration jobs)" in capsys.readouterr().out
-    assert main(["groundtruth", "accuracy", str(CORPUS), "--base", "nope", "--warehouse",
+    assert main(["groundtruth", "accuracy", str(small), "--base", "nope", "--warehouse",
                  str(corpus_wh)]) == 2  # fmt: skip
     # another corpus whose `base` is another run: the warehouse's `base` is not predicted for it
     other = tmp_path / "other"

@@ -8,29 +8,22 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
-from torch_traces import require_torch
+from torch_traces import TINY_GPT
 
 from lumos.cli import main
 
-TINY = dict(layers=2, hidden=32, heads=2, seq=16, micro_batch=2, num_micro_batches=2, vocab=64)
-
 
 @pytest.fixture(scope="module")
-def gt_warehouse(tmp_path_factory) -> Path:
-    """One real single-rank run (~10 s), ingested."""
-    require_torch()
-    from lumos.groundtruth.config import RunControl, make_config
-    from lumos.groundtruth.runner import run_config
+def gt_warehouse(tiny_run: Path, tmp_path_factory) -> Path:
+    """The session's tiny real run (`tiny_run`), copied beside its own warehouse, ingested."""
     from warehouse.ingest import ingest
 
     tmp = tmp_path_factory.mktemp("estimate")
-    run_config(
-        make_config(TINY, name="base"), RunControl(repeat=3, steps=1, warmup=1), tmp / "runs",
-        "merged", log=lambda m: None,
-    )  # fmt: skip
+    shutil.copytree(tiny_run, tmp / "runs")
     ingest([str(tmp / "runs")], warehouse=tmp / "wh")
     return tmp / "wh"
 
@@ -240,7 +233,7 @@ def test_template_without_trainer_annotations(gt_warehouse, stripped_warehouse, 
     # the next micro-batch's loop body when nothing says otherwise
     moved = [i for i in range(ref.n) if (got.block[i], got.mb[i]) != (ref.block[i], ref.mb[i])]
     assert [ref.names[i] for i in moved] == ["aten::detach", "aten::item"] * (
-        TINY["num_micro_batches"] - 1
+        TINY_GPT["num_micro_batches"] - 1
     )
     assert all(ref.block[i] == BLOCK["head"] and got.block[i] == BLOCK["f_pre"] for i in moved)
 
@@ -265,7 +258,7 @@ def test_predictions_without_trainer_annotations(gt_warehouse, stripped_warehous
     gt = extract_template(Warehouse.open(stripped_warehouse), "plain", cache=False)
     moved = [i for i in range(rt.n) if (gt.block[i], gt.mb[i]) != (rt.block[i], rt.mb[i])]
     boundary_ns = int(rt.dur_ns[moved].sum() + rt.gap_ns[moved].sum()) // (
-        TINY["num_micro_batches"] - 1
+        TINY_GPT["num_micro_batches"] - 1
     )
     for change, tol_ns in [
         ({"layers": 4}, 0),

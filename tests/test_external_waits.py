@@ -149,15 +149,14 @@ def test_kernels_started_long_after_launch_keep_their_wait(replays, shared_trace
 
 
 @pytest.fixture(scope="module")
-def llama(gpu_runs: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    """The one-GPU H100 run `llama_base` as an estimate's base: its step and configuration."""
-    from lumos.api import Warehouse
+def llama(gpu_wh):  # noqa: ANN001, ANN201
+    """The one-GPU H100 run `llama_base` as an estimate's base: its step and configuration
+    (from the session's warehouse of the H100 runs: read, not written)."""
     from lumos.estimate.gpu_step import load_gpu_step
     from lumos.estimate.infer import infer_base
 
-    wh = Warehouse.open(tmp_path_factory.mktemp("llama") / "wh", create=True)
-    wh.ingest([gpu_runs / "llama_base"], job="llama_base")
-    return load_gpu_step(wh, "llama_base"), infer_base(wh, "llama_base").config
+    job = "gpu_h100/llama_base"
+    return load_gpu_step(gpu_wh, job), infer_base(gpu_wh, job).config
 
 
 def _waited(step: GpuStep, at: int, cause: str | None, kind: Kind, wait_ns: int) -> GpuStep:

@@ -13,14 +13,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from torch_traces import require_torch
+from torch_traces import TINY_GPT, require_torch
 from trace_steps import check_measured, read_trace
 
 from lumos.groundtruth.config import ConfigError, default_grid, load_grid, make_config, parse_grid
 
-# Tiny model; two micro-batches everywhere so gradient accumulation, DDP's no_sync and the
-# pipeline schedules all have something to do.
-TINY = dict(layers=2, hidden=32, heads=2, seq=16, micro_batch=2, num_micro_batches=2, vocab=64)
 CONTROL = dict(repeat=1, steps=2, warmup=1)
 
 
@@ -33,7 +30,7 @@ def _run(tmp: Path, name: str, layout: str = "merged", repeat: int = 1, **kw) ->
     from lumos.groundtruth.config import RunControl
     from lumos.groundtruth.runner import run_config
 
-    cfg = make_config(TINY, name=name, **kw)
+    cfg = make_config(TINY_GPT, name=name, **kw)
     run_config(cfg, RunControl(**{**CONTROL, "repeat": repeat}), tmp, layout, log=lambda m: None)
     return tmp / name
 
@@ -46,7 +43,7 @@ def runs(torch_ok, tmp_path_factory) -> dict[str, Path]:
     from lumos.cli import main
 
     grid = tmp / "grid.yaml"
-    grid.write_text(json.dumps({"base": TINY, "runs": [{"name": "single"}]}))
+    grid.write_text(json.dumps({"base": TINY_GPT, "runs": [{"name": "single"}]}))
     args = ["groundtruth", "run", "--grid", str(grid), "--out", str(tmp), "--repeat", "2"]
     assert main([*args, "--steps", "2", "--warmup", "1"]) == 0
     return {

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,26 +65,10 @@ def local_wh(local_replay: tuple[Path, str]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def bucket(s3_server: str, cache: dict[str, str]) -> tuple[str, dict]:
+def bucket(s3_server: str, cache: dict[str, str], fresh_bucket) -> tuple[str, dict]:  # noqa: ANN001
     """A fresh bucket on the local server, and the environment that reaches it."""
-    import boto3
-
-    env = {
-        "AWS_ENDPOINT_URL": s3_server,
-        "AWS_ACCESS_KEY_ID": "lumos-test",
-        "AWS_SECRET_ACCESS_KEY": "lumos-test",
-        "AWS_REGION": "us-east-1",
-        **cache,
-    }
-    bucket = f"lumos-{uuid.uuid4().hex[:12]}"
-    boto3.client(
-        "s3",
-        endpoint_url=s3_server,
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        region_name=env["AWS_REGION"],
-    ).create_bucket(Bucket=bucket)
-    return bucket, env
+    env = fresh_bucket(s3_server)
+    return env.pop("BUCKET"), {**env, **cache}
 
 
 @pytest.fixture(scope="module")

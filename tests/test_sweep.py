@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from torch_traces import require_torch
 
 from lumos.estimate.sweep import GridError, load_grid, parse_constraint
 
@@ -105,26 +104,15 @@ def test_missing_grid_file_is_clear(tmp_path):
         load_grid(tmp_path / "nope.yaml")
 
 
-TINY = dict(layers=2, hidden=32, heads=2, seq=16, micro_batch=2, num_micro_batches=2, vocab=64)
-
-
 @pytest.fixture(scope="module")
-def real_estimator(tmp_path_factory):
-    """The estimator of one real single-rank training run (~10 s), ingested."""
-
-    require_torch()
+def real_estimator(tiny_run: Path, tmp_path_factory):
+    """The estimator of the session's tiny real single-rank run (`tiny_run`), ingested."""
     from lumos.estimate.estimator import Estimator
-    from lumos.groundtruth.config import RunControl, make_config
-    from lumos.groundtruth.runner import run_config
     from warehouse.ingest import ingest
 
-    tmp = tmp_path_factory.mktemp("sweep")
-    run_config(
-        make_config(TINY, name="base"), RunControl(repeat=1, steps=1, warmup=1), tmp / "runs",
-        "merged", log=lambda m: None,
-    )  # fmt: skip
-    ingest([str(tmp / "runs")], warehouse=tmp / "wh")
-    return Estimator.open(tmp / "wh", "base")
+    wh = tmp_path_factory.mktemp("sweep") / "wh"
+    ingest([str(tiny_run)], warehouse=wh)
+    return Estimator.open(wh, "base")
 
 
 def test_compressed_sweep_equals_full_graphs_and_single_estimates(real_estimator):
@@ -405,3 +393,39 @@ def test_a_grid_swept_in_chunks_equals_the_whole_grid(examples, warehouse_dir, t
     with pytest.raises(ValueError, match="points_per_chunk must be at least 1, got 0"):
         plan_chunks(warehouse_dir, [grid], points_per_chunk=0)
     assert len(list((warehouse_dir / "estimates").glob("job=*/sweep=*.parquet"))) == 2
+
+
+def test_points_out_of_range_fail_alone_and_each_point_is_estimated_once(gpt_cpu_wh, tmp_path):
+    """A point whose graph is too big fails its own graph's batch, not the grid's: every other
+    point is estimated once (it was estimated again, one by one, when any point failed), its
+    prediction the same as in a grid without the failing points, and the failing points are
+    listed as invalid in the grid's order."""
+    from lumos.estimate.estimator import Estimator
+    from lumos.estimate.sweep import load_grid, run_sweep
+
+    class Counting(Estimator):
+        """The real estimator, counting the configurations it is asked to predict."""
+
+        asked = 0
+
+        def predict(self, targets, *args, **kw):  # noqa: ANN001, ANN002, ANN003, ANN201
+            Counting.asked += len(targets)
+            return super().predict(targets, *args, **kw)
+
+    est = Estimator.open(gpt_cpu_wh, "gpt_cpu")
+    est.__class__ = Counting
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("grid:\n  layers: [2, 80000, 4]\n  num_micro_batches: [2, 4]\n")
+    good = tmp_path / "good.yaml"
+    good.write_text("grid:\n  layers: [2, 4]\n  num_micro_batches: [2, 4]\n")
+    res = run_sweep(est, load_grid(bad), "gpt_cpu")
+    # 4 good points once each, the 2 failing ones in their batch and then alone
+    assert Counting.asked == 4 + 2 * 2
+    assert [p.config.layers for p in res.predictions] == [2, 2, 4, 4]
+    assert len(res.invalid) == 2
+    assert "{'layers': 80000}:" in res.invalid[0]  # the base's num_micro_batches is 2
+    assert "'layers': 80000, 'num_micro_batches': 4}" in res.invalid[1]
+    assert all("would be a graph of" in m for m in res.invalid)
+    alone = run_sweep(Estimator.open(gpt_cpu_wh, "gpt_cpu"), load_grid(good), "gpt_cpu")
+    assert [p.predicted_ns for p in res.predictions] == [p.predicted_ns for p in alone.predictions]
+    assert [p.config for p in res.predictions] == [p.config for p in alone.predictions]

@@ -42,6 +42,11 @@ VARIANTS = (
 GQA_KV_HEADS = 1
 
 
+# the ground-truth trainer's tiny GPT (`lumos groundtruth run`): two micro-batches, so that
+# gradient accumulation, DDP's no_sync and the pipeline schedules all have something to do
+TINY_GPT = dict(layers=2, hidden=32, heads=2, seq=16, micro_batch=2, num_micro_batches=2, vocab=64)
+
+
 def require_torch() -> None:
     """Skip the calling test without torch, except under CI (`CI` set), where that fails."""
     if importlib.util.find_spec("torch") is None:

@@ -23,7 +23,14 @@ from warehouse.location import WarehouseLocationError
 from warehouse.manifest import Manifest, _keep_latest, _rows, read_manifest
 from warehouse.schema import TRACES
 
-__all__ = ["LakeError", "LakeManifest", "import_manifest", "is_remote", "storage_options"]
+__all__ = [
+    "LakeError",
+    "LakeManifest",
+    "create_table",
+    "import_manifest",
+    "is_remote",
+    "storage_options",
+]
 
 REMOTE_SCHEMES = ("s3",)
 # What this process last read of each manifest table: its live data files, and the latest rows
@@ -36,6 +43,21 @@ _AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOK
 
 class LakeError(WarehouseLocationError):
     """A warehouse URI or table the lake refuses; the message names the URI and the problem."""
+
+
+def create_table(uri: str, schema: pa.Schema, storage: dict[str, str], what: str) -> None:
+    """Create the Delta table at `uri` if absent: several processes may race to (one creates
+    its version 0 with a conditional put, the others find it); a `LakeError` naming `what` when
+    it can be neither created nor opened."""
+    from deltalake import DeltaTable
+
+    try:
+        DeltaTable.create(uri, schema=schema, mode="ignore", storage_options=storage)
+    except Exception as exc:  # a racing creator's version 0 won the conditional put
+        try:
+            DeltaTable(uri, storage_options=storage)
+        except Exception:
+            raise LakeError(f"{uri}: cannot create {what}: {exc}") from exc
 
 
 def is_remote(uri: str | os.PathLike[str]) -> bool:
@@ -89,19 +111,7 @@ class LakeManifest:
     def ensure(self) -> None:
         """Create the table if absent (several processes may race to: one creates it).
         Not `DeltaTable.is_deltatable`: in deltalake 1.6.6 it never returns against moto."""
-        from deltalake import DeltaTable
-
-        try:
-            DeltaTable.create(
-                self.table_uri, schema=TRACES, mode="ignore", storage_options=self.storage
-            )
-        except Exception as exc:  # a racing creator's version 0 won the conditional put
-            try:
-                DeltaTable(self.table_uri, storage_options=self.storage)
-            except Exception:
-                raise LakeError(
-                    f"{self.table_uri}: cannot create the manifest table: {exc}"
-                ) from exc
+        create_table(self.table_uri, TRACES, self.storage, "the manifest table")
 
     def append(self, rows: Sequence[dict]) -> None:
         """Append `rows` (TRACES, `ingested_at` a datetime or integer µs) as one commit."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from warehouse.lake import LakeError, LakeManifest
+from warehouse.lake import LakeManifest, create_table
 from warehouse.lake_files import LakeFiles
 from warehouse.lake_tables import RESULTS_PREFIX, sync_result_tables
 from warehouse.layout import decode_job
@@ -74,7 +74,7 @@ class LakeResults:
         Delta commit (the commit point; last); returns the rows appended."""
         if not relatives:
             return 0
-        from deltalake import DeltaTable, write_deltalake
+        from deltalake import write_deltalake
 
         files, now, rows = self.files, datetime.now(UTC), []
         for relative in relatives:
@@ -95,17 +95,7 @@ class LakeResults:
                     "committed_at": now,
                 }
             )
-        try:
-            DeltaTable.create(
-                self.table_uri, schema=RESULT_FILES, mode="ignore", storage_options=self.storage
-            )
-        except Exception as exc:  # a racing writer created version 0 first
-            try:
-                DeltaTable(self.table_uri, storage_options=self.storage)
-            except Exception:
-                raise LakeError(
-                    f"{self.table_uri}: cannot create the results table: {exc}"
-                ) from exc
+        create_table(self.table_uri, RESULT_FILES, self.storage, "the results table")
         table = pa.Table.from_pylist(rows, schema=RESULT_FILES)
         write_deltalake(self.table_uri, table, mode="append", storage_options=self.storage)
         # each result table's own log follows the commit (for other engines)

@@ -50,9 +50,10 @@ def _run_local(args: argparse.Namespace) -> int:
     from lumos.api import Warehouse
     from lumos.estimate.config import ConfigError, parse_overrides
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.store import write_estimates
+    from lumos.estimate.store import estimates_table, write_estimates_table
     from lumos.estimate.sweep import (
         DEFAULT_ORDER,
+        ORDER_COLUMNS,
         GridError,
         load_grid,
         parse_order,
@@ -60,7 +61,7 @@ def _run_local(args: argparse.Namespace) -> int:
         run_sweep,
     )
     from lumos.estimate.template import TemplateError
-    from lumos.estimate.throughput import job_device, mfu_note, throughput
+    from lumos.estimate.throughput import job_device, mfu_note
     from lumos.estimate.transforms import TransformError
 
     try:
@@ -89,30 +90,13 @@ def _run_local(args: argparse.Namespace) -> int:
     )
     for msg in res.invalid[:3]:
         print(f"  invalid: {msg}")
+    # the rows as `estimates` holds them, built once: written, then ranked and shown
+    table = estimates_table(res.sweep_id, args.job, res.predictions, device=device)
     if n and not args.no_write:
-        write_estimates(
-            Warehouse.open(args.warehouse),
-            res.sweep_id,
-            args.job,
-            res.predictions,
-            device=device,
-        )
+        write_estimates_table(Warehouse.open(args.warehouse), res.sweep_id, args.job, table)
         print(f"wrote {n} rows to estimates (sweep_id = '{res.sweep_id}')")
     keys = list(grid.axes)
-    rows = []
-    for p in res.predictions:
-        tokens_per_s, mfu = throughput(p.config, p.predicted_ns, device)
-        rows.append(
-            {
-                "predicted_ns": p.predicted_ns,
-                "interval_low_ns": p.interval_ns[0],
-                "interval_high_ns": p.interval_ns[1],
-                "memory_bytes": p.memory_bytes,
-                "fits": p.fits,
-                "tokens_per_s": tokens_per_s,
-                "mfu": mfu,
-            }
-        )
+    rows = table.select(["fits", *ORDER_COLUMNS]).to_pylist()
     if n and args.top:
         print(
             f"best {min(args.top, n)} by {order.lstrip('-')} "

@@ -65,14 +65,20 @@ def write_estimates(
 ) -> pa.Table:
     """Write one sweep's rows, make sure every job has its inferred configuration, refresh views;
     the rows written."""
+    table = estimates_table(sweep_id, job, preds, device=device)
+    write_estimates_table(wh, sweep_id, job, table)
+    return table
+
+
+def write_estimates_table(wh: Any, sweep_id: str, job: str, table: pa.Table) -> None:
+    """Write one sweep's rows as `estimates_table` built them (a caller that also shows them
+    builds them once), make sure every job has its inferred configuration, refresh views."""
     from warehouse.catalog import build_catalog
 
     path = wh.root / "estimates" / f"job={encode_job(job)}" / f"sweep={sweep_id}.parquet"
-    table = estimates_table(sweep_id, job, preds, device=device)
     write_parquet_atomic(table, path)
     write_job_configs(wh)
     build_catalog(wh.root)
-    return table
 
 
 def write_job_configs(wh: Any) -> None:

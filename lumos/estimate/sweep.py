@@ -379,30 +379,46 @@ def run_sweep(
     t0 = time.perf_counter()
     configs, speeds, removed, invalid = expand(grid, est, start, stop)
     t1 = time.perf_counter()
-    try:
-        preds = est.predict(configs, speeds) if configs else []
-    except TransformError:
-        # a point out of range (a graph too big, durations beyond int64) fails its whole batch:
-        # the points are then estimated one by one and the failing ones listed as invalid
-        preds = []
-        base = (est.base.replace(**grid.base) if grid.base else est.base).to_dict()
-        for cfg, speed in zip(configs, speeds, strict=True):
+    base = (est.base.replace(**grid.base) if grid.base else est.base).to_dict()
+    got: dict[int, Prediction] = {}
+    failed: dict[int, str] = {}
+    for idx in _graph_groups(configs).values():
+        try:
+            preds = est.predict([configs[i] for i in idx], [speeds[i] for i in idx])
+            got.update(zip(idx, preds, strict=True))
+            continue
+        except TransformError:
+            pass
+        # a point out of range (a graph too big, durations beyond int64) fails its group's
+        # batch: the group's points are then estimated one by one, the failing ones invalid
+        for i in idx:
             try:
-                preds += est.predict([cfg], [speed])
+                got[i] = est.predict([configs[i]], [speeds[i]])[0]
             except TransformError as e:
-                point = {k: v for k, v in cfg.to_dict().items() if v != base.get(k)}
-                invalid.append(f"{grid.path}: {point | _speed_keys(speed)}: {e}")
+                point = {k: v for k, v in configs[i].to_dict().items() if v != base.get(k)}
+                failed[i] = f"{grid.path}: {point | _speed_keys(speeds[i])}: {e}"
     t2 = time.perf_counter()
     return SweepResult(
         sweep_id=uuid.uuid4().hex[:12],
         job=job,
-        predictions=preds,
+        predictions=[got[i] for i in sorted(got)],
         n_points=len(range(grid.size)[start:stop]),
         n_constrained=removed,
-        invalid=invalid,
+        invalid=invalid + [failed[i] for i in sorted(failed)],
         seconds=t2 - t0,
         replay_seconds=t2 - t1,
     )
+
+
+def _graph_groups(configs: Sequence[ModelConfig]) -> dict[tuple[Any, ...], list[int]]:
+    """The configurations' indices by the shape of their step graph (layers, micro-batches,
+    pipeline stages and schedule, recomputation): a point whose graph cannot be built or
+    replayed fails its own group's batch only, and no other point is estimated twice."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, c in enumerate(configs):
+        key = (c.layers, c.num_micro_batches, c.pp, c.pp_schedule if c.pp > 1 else "", c.recompute)
+        groups.setdefault(key, []).append(i)
+    return groups
 
 
 def _speed_keys(speed: Mapping[str, float]) -> dict[str, float]:
