@@ -298,7 +298,8 @@ def test_a_speed_up_what_if_on_one_rank_of_128_keeps_and_scales_its_waits(wh) ->
 
 def test_lumos_estimate_asks_only_speed_ups_of_a_job_it_cannot_read(wh) -> None:  # noqa: ANN001
     """The CLI: `--set speedup.all=2` on one rank of the DLRM job (not a transformer) answers
-    from its step graph; `--set layers=2` names why not and says what still works."""
+    from its step graph; `--set layers=2` names why not and says what still works, without
+    reading the job again (the refusal is cached until the next ingest)."""
     from cli_run import lumos
 
     w, _ = wh
@@ -310,3 +311,5 @@ def test_lumos_estimate_asks_only_speed_ups_of_a_job_it_cannot_read(wh) -> None:
     assert "only speed-ups can be asked" in ok.stdout
     no = lumos("estimate", "--job", "dlrm_r0", "--warehouse", str(w), "--set", "layers=2")
     assert no.returncode == 2 and "speed-up what-ifs" in no.stderr, no.stderr
+    # the refusal is kept until the next ingest: not learned again per estimate
+    assert "learning" not in no.stderr, no.stderr

@@ -57,6 +57,7 @@ from lumos.estimate.template import (
     ROLE,
     ROLES,
     Template,
+    TemplateError,
     extract_template,
     manifest_stamp,
     shape_roles,
@@ -88,6 +89,8 @@ SPEEDUP_PREFIX = "speedup."
 CACHE_FORMAT = 49
 # the cache folder of a single-GPU base's step graph
 GPU_STEP_DIR = "gpu_step"
+# the cache file saying why a job's template could not be built (until the next ingest)
+REFUSED = "refused.json"
 # the largest speed-up (or slow-down) a what-if may ask of a kernel class: beyond it the step is
 # its idle gaps alone (speedup.all=1e308 predicted 5.9 ms for a 60 ms step)
 MAX_SPEEDUP = 1000.0
@@ -310,6 +313,9 @@ class Estimator:
         folder = template_path(wh_root, job).parent
         paths = {k: folder / f"{k}.json" for k in ("base", "comm")}
         stamp = manifest_stamp(wh_root)
+        refused = _refused(folder, stamp)
+        if refused:
+            raise TemplateError(refused)
         fresh = template_path(wh_root, job).exists() and all(p.exists() for p in paths.values())
         cached_comm = json.loads(paths["comm"].read_text()) if fresh else {}
         if cached_comm.get("manifest") != stamp or cached_comm.get("format") != CACHE_FORMAT:
@@ -1067,6 +1073,16 @@ def _attention_shape(cfg: ModelConfig) -> tuple[int, int, int]:
     return (cfg.micro_batch * max(heads // cfg.tp, 1), cfg.seq, max(cfg.head_size, 1))
 
 
+def _refused(folder: Path, stamp: str) -> str:
+    """Why `job`'s template could not be built, as of this manifest ("": not refused)."""
+    try:
+        r = json.loads((folder / REFUSED).read_text())
+    except (OSError, ValueError):
+        return ""
+    ok = r.get("manifest") == stamp and r.get("format") == CACHE_FORMAT
+    return str(r.get("error", "")) if ok else ""
+
+
 def _build_cache(root: Path, job: str, stamp: str) -> None:
     """Extract the template, infer the base and learn from the calibration jobs for `job` (~2 s)."""
     from lumos.estimate.infer import infer_base
@@ -1075,8 +1091,18 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
     wh = WarehouseHandle.open(root)
     inf = infer_base(wh, job)
     sizes = shape_roles(inf.config)
-    extract_template(wh, job, cache=False, sizes=sizes).save(template_path(wh.root, job))
     folder = template_dir(wh.root, job)
+    try:
+        tpl = extract_template(wh, job, cache=False, sizes=sizes)
+    except TemplateError as exc:
+        # kept until the next ingest: a job whose model is not read is not re-read per estimate
+        folder.mkdir(parents=True, exist_ok=True)
+        _write_json(
+            folder / REFUSED, {"manifest": stamp, "format": CACHE_FORMAT, "error": str(exc)}
+        )
+        raise
+    (folder / REFUSED).unlink(missing_ok=True)
+    tpl.save(template_path(wh.root, job))
     from lumos.estimate.gpu_step import GpuStepError, load_gpu_step
 
     shutil.rmtree(folder / GPU_STEP_DIR, ignore_errors=True)
