@@ -757,10 +757,10 @@ class Estimator:
 
     def _unprofiled(self, p: Prediction) -> Prediction:
         """A CPU-template prediction of a single-GPU base (a target the GPU step graph does not
-        model: no recomputation from a base that recomputes) scaled to the step without the
-        profiler: by the base's own
-        step, its GPU graph's (unprofiled) over the template's (traced), so that such an
-        estimate and the GPU graph's agree at the base."""
+        model: no recomputation from a base whose recomputation is not found) scaled to the
+        step without the profiler: by the base's own step, its GPU graph's (unprofiled) over
+        the template's (traced), so that such an estimate and the GPU graph's agree at the
+        base."""
         k = self._profiler_scale()
         parts = p.breakdown and {
             key: v if key == "critical_stage" else int(round(v * k))
