@@ -14,20 +14,14 @@ and of a sweep over all of them on the warm estimator.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-
-def _truth(run: Path) -> tuple[float, dict]:
-    m = json.loads((run / "measured.json").read_text())
-    runs = [m["wall_ms_unprofiled"], *m["wall_ms_unprofiled_other_runs"].values()]
-    return float(np.median([np.median(r) for r in runs])), m
+from lumos.estimate.accuracy import gpu_run_config, gpu_run_truth
 
 
 def model_flops(cfg) -> float:  # noqa: ANN001
@@ -38,22 +32,6 @@ def model_flops(cfg) -> float:  # noqa: ANN001
     tokens = cfg.micro_batch * cfg.num_micro_batches * cfg.seq
     weights = cfg.layers * params_per_layer(cfg) + head_params(cfg)
     return 6.0 * weights * tokens + 12.0 * cfg.layers * cfg.hidden * cfg.seq * tokens
-
-
-def _config(base, m: dict):  # noqa: ANN001, ANN202
-    """The configuration a corpus run's `measured.json` describes, on the base's other fields."""
-    return replace(
-        base,
-        layers=m["layers"],
-        hidden=m["hidden"],
-        ffn=m["ffn"],
-        heads=m["heads"],
-        kv_heads=m.get("kv", m["heads"]),
-        seq=m["seq"],
-        micro_batch=m["batch"],
-        num_micro_batches=m["mbs"],
-        recompute="full" if m["recompute"] else "none",
-    )
 
 
 def _every_base(root: Path, corpus: Path) -> None:
@@ -67,8 +45,10 @@ def _every_base(root: Path, corpus: Path) -> None:
         est = Estimator.open(root, f"gpu_h100/{b.name}")
         family = b.name.split("_")[0]
         errs = [
-            abs(est.explain(_config(est.base, m)).predicted_ns / 1e6 / t - 1)
-            for t, m in (_truth(r) for r in runs if r != b and r.name.startswith(family + "_"))
+            abs(est.explain(gpu_run_config(est.base, m)).predicted_ns / 1e6 / t - 1)
+            for t, m in (
+                gpu_run_truth(r) for r in runs if r != b and r.name.startswith(family + "_")
+            )
         ]
         means.append(np.mean(errs))
         print(f"{b.name:<18} {np.mean(errs):7.1%} {np.max(errs):7.1%}")
@@ -98,10 +78,10 @@ def main() -> None:
         traced_base = float(np.median(est.gpu.step_ns)) / 1e6 if est.gpu else float("nan")
         family = args.base.split("_")[0]
         rows, targets = [], []
-        base_truth, _ = _truth(corpus / args.base)
+        base_truth, _ = gpu_run_truth(corpus / args.base)
         for run in sorted(p for p in corpus.iterdir() if p.name.startswith(family + "_")):
-            truth, m = _truth(run)
-            cfg = _config(base, m)
+            truth, m = gpu_run_truth(run)
+            cfg = gpu_run_config(base, m)
             targets.append(cfg)
             t0 = time.process_time()
             pred = est.explain(cfg).predicted_ns / 1e6

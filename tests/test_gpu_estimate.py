@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from kernels.graph import Kind
+from lumos.estimate.accuracy import gpu_run_config, gpu_run_truth
 from lumos.estimate.config import RECOMPUTE
 
 BASE = "llama_base"
@@ -27,26 +28,11 @@ def base(gpu_wh):
 
 
 def _unprofiled_ms(gpu_runs: Path, run: str) -> float:
-    """The median of the three runs' medians, as the corpus README scores."""
-    m = json.loads((gpu_runs / run / "measured.json").read_text())
-    runs = [m["wall_ms_unprofiled"], *m["wall_ms_unprofiled_other_runs"].values()]
-    return float(np.median([np.median(r) for r in runs]))
+    return gpu_run_truth(gpu_runs / run)[0]
 
 
-def _target(base_cfg, gpu_runs: Path, run: str):
-    m = json.loads((gpu_runs / run / "measured.json").read_text())
-    return replace(
-        base_cfg,
-        layers=m["layers"],
-        hidden=m["hidden"],
-        ffn=m["ffn"],
-        heads=m["heads"],
-        kv_heads=m["kv"],
-        seq=m["seq"],
-        micro_batch=m["batch"],
-        num_micro_batches=m["mbs"],
-        recompute="full" if m["recompute"] else "none",
-    )
+def _target(base_cfg, gpu_runs: Path, run: str):  # noqa: ANN001, ANN202
+    return gpu_run_config(base_cfg, gpu_run_truth(gpu_runs / run)[1])
 
 
 def _layer_kernels(step, ed=None, *, fwd: bool):

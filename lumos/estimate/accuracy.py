@@ -37,6 +37,31 @@ def measured(job_dir: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: cannot read measured.json ({e})") from None
 
 
+def gpu_run_truth(run: Path) -> tuple[float, dict[str, Any]]:
+    """A GPU corpus run's step without the profiler in ms (../shared/traces/gpu_h100: the median
+    of its three runs' medians, as that corpus is scored) and its `measured.json`."""
+    import statistics
+
+    m = measured(run)
+    runs = [m["wall_ms_unprofiled"], *m["wall_ms_unprofiled_other_runs"].values()]
+    return float(statistics.median(statistics.median(r) for r in runs)), m
+
+
+def gpu_run_config(base: Any, m: dict[str, Any]) -> Any:
+    """The configuration a GPU corpus run's `measured.json` states, on `base`'s other fields."""
+    return base.derive(
+        layers=m["layers"],
+        hidden=m["hidden"],
+        ffn=m["ffn"],
+        heads=m["heads"],
+        kv_heads=m.get("kv", m["heads"]),
+        seq=m["seq"],
+        micro_batch=m["batch"],
+        num_micro_batches=m["mbs"],
+        recompute="full" if m["recompute"] else "none",
+    )
+
+
 def corpus_jobs(corpus: Path) -> list[Path]:
     return sorted(p for p in Path(corpus).iterdir() if (p / "measured.json").is_file())
 
