@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -68,6 +70,24 @@ def inbox(tmp_path: Path, shared_traces: Path) -> Path:
     return target
 
 
+@contextmanager
+def _two_workers(tmp_path: Path) -> Iterator[tuple[Path, str, set[int]]]:
+    """A Dagster home with the project's dagster.yaml and a local Dask cluster of two worker
+    processes: (home, the scheduler's address, the workers' pids)."""
+    from distributed import Client, LocalCluster
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(ROOT / "dagster.yaml", home / "dagster.yaml")
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield home, cluster.scheduler_address, set(client.run(os.getpid).values())
+
+
 def test_executor_is_in_process_unless_a_scheduler_is_named(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -87,7 +107,6 @@ def test_executor_is_in_process_unless_a_scheduler_is_named(
 
 def test_dask_backfill_gives_the_in_process_replay_tables(inbox: Path, tmp_path: Path) -> None:
     _require_dask()
-    from distributed import Client, LocalCluster
 
     # in process: what `scripts/main.sh` runs, one `ingest_job` per partition
     expected = tmp_path / "wh_in_process"
@@ -102,23 +121,14 @@ def test_dask_backfill_gives_the_in_process_replay_tables(inbox: Path, tmp_path:
             assert result.success, job
 
     # on Dask: both partitions at once, their steps on the cluster's two workers
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copyfile(ROOT / "dagster.yaml", home / "dagster.yaml")
     on_dask = tmp_path / "wh_dask"
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        worker_pids = set(client.run(os.getpid).values())
+    with _two_workers(tmp_path) as (home, address, worker_pids):
         runs = backfill(
             list(JOBS),
             dagster_home=home,
             warehouse=on_dask,
             inbox=inbox,
-            address=cluster.scheduler_address,
+            address=address,
             parallel=2,
         )
     assert [r.job for r in runs] == list(JOBS)
@@ -174,7 +184,6 @@ def test_dask_sweep_in_chunks_gives_the_in_process_rows(
     shared_traces: Path, tmp_path: Path
 ) -> None:
     _require_dask()
-    from distributed import Client, LocalCluster
 
     from pipelines.sweep_grids import sweep_grid_file
     from pipelines.sweep_run import run_sweeps
@@ -189,30 +198,19 @@ def test_dask_sweep_in_chunks_gives_the_in_process_rows(
     expected = sweep_grid_file(warehouse, grids / f"{SWEEP_JOB}.yaml")
     assert (expected.n_points, len(expected.rows)) == (16, 12)
 
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copyfile(ROOT / "dagster.yaml", home / "dagster.yaml")
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        worker_pids = set(client.run(os.getpid).values())
+    with _two_workers(tmp_path) as (home, address, worker_pids):
         run = run_sweeps(
             dagster_home=home,
             warehouse=warehouse,
             grids=grids,
-            address=cluster.scheduler_address,
+            address=address,
             points_per_chunk=5,
         )
         # a grid whose job the warehouse does not hold: the run fails, naming the file
         bad = tmp_path / "bad_grids"
         bad.mkdir()
         (bad / "gone.yaml").write_text(SWEEP_GRID)
-        failed = run_sweeps(
-            dagster_home=home, warehouse=warehouse, grids=bad, address=cluster.scheduler_address
-        )
+        failed = run_sweeps(dagster_home=home, warehouse=warehouse, grids=bad, address=address)
     assert run.success, run.error
     assert not failed.success
     assert "grid_sweeps.plan_sweeps" in failed.error and "gone.yaml: job 'gone'" in failed.error
