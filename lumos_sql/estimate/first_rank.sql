@@ -1,6 +1,6 @@
--- reads: trace_meta
+-- reads: jobs
 -- writes: none
 -- first_rank: the lowest rank of job $1 the warehouse holds (a speed-up what-if replays its step).
-SELECT min(rank) AS rank
-FROM trace_meta
+SELECT min_rank AS rank
+FROM jobs
 WHERE job = $1
