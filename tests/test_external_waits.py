@@ -30,13 +30,16 @@ from warehouse.ingest import ingest
 
 DLRM = "param/dlrm_8rank/kineto"
 SAMPLED = "hta/trace_filter/sampled_rank-0.json.gz"
+# rank 0 of a 2-GPU DDP job (HTA's nccl_parser_config): beside its two training threads, the
+# NCCL watchdog polls cudaEventQuery on a thread of its own across the step
+NCCL = "nccl_a100/nccl_data.json.gz"
 # how late after its launch call returned a kernel of `sampled_rank-0` must start to count as
 # held (`_late_kernels` reads them from the file): far beyond any launch latency
 LATE_NCCL_MS = 40.0
 
 
 @pytest.fixture(scope="module")
-def wh(shared_traces: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def wh(shared_traces: Path, examples: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     root = tmp_path_factory.mktemp("waits")
     one = root / "dlrm_r0"
     one.mkdir()
@@ -45,6 +48,7 @@ def wh(shared_traces: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: 
     w = root / "wh"
     ingest([one], warehouse=w, job="dlrm_r0", build_catalog=False)
     ingest([shared_traces / DLRM], warehouse=w, job="dlrm", build_catalog=False)
+    ingest([examples / NCCL], warehouse=w, job="nccl", build_catalog=False)
     ingest([shared_traces / SAMPLED], warehouse=w, job="sampled")
     con = connect(str(w / "lumos.duckdb"), read_only=True)
     yield w, con
@@ -228,6 +232,24 @@ def test_a_modelled_collective_does_not_take_its_anchors_wait(llama) -> None:  #
     assert copies >= 1 and waits.sum() == 5_000_000 * copies
 
 
+def test_an_attention_speed_up_finds_the_fused_kernels_without_labels(llama) -> None:  # noqa: ANN001
+    """A step whose layers are not found has no roles (`gpu_whatif`): `speedup.attn` still
+    divides its fused attention kernels, found by their launching operator's class. On
+    llama_base with its labels taken away, those are some of the kernels the labelled step's
+    `attn` divides, and by name the fused attention kernels (cuDNN / flash)."""
+    from lumos.estimate.gpu_estimate import GpuModel
+    from lumos.estimate.gpu_speedup import speedup_mask
+
+    step, cfg = llama
+    bare = replace(step, **{k: np.full(step.n, -1, np.int64) for k in ("block", "layer", "role")})
+    model = GpuModel(step, cfg)
+    ed, _ = model.graph(model.structure(cfg))
+    labelled, unlabelled = speedup_mask(step, ed, "attn"), speedup_mask(bare, ed, "attn")
+    assert unlabelled.sum() >= cfg.layers and not (unlabelled & ~labelled).any()
+    names = np.asarray(step.tasks.column("name").to_pylist(), object)[ed.base[unlabelled]]
+    assert all(re.search(r"flash|fmha|cudnn|sdpa", n, re.IGNORECASE) for n in names), names[:5]
+
+
 def test_replay_status_and_the_check_say_the_waits(
     shared_traces: Path, tmp_path: Path, replays
 ) -> None:  # noqa: ANN001
@@ -294,6 +316,47 @@ def test_a_speed_up_what_if_on_one_rank_of_128_keeps_and_scales_its_waits(wh) ->
     np.testing.assert_array_equal(delay[0][unknown[at]], delay[1][unknown[at]])
     got = whatif(w, "sampled", {"all": 2.0}, "not a transformer")
     assert got.predicted_ns <= got.base_ns and got.breakdown["external_waits_traced"] > 0
+
+
+def _launching_threads(path: Path) -> set[int]:
+    """From the trace file: the threads whose runtime calls launched a GPU task (a kernel, copy
+    or memset shares the call's correlation)."""
+    with gzip.open(path, "rt") as f:
+        x = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    gpu = {
+        e["args"]["correlation"]
+        for e in x
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "correlation" in e["args"]
+    }
+    return {
+        int(e["tid"])
+        for e in x
+        if e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") in gpu
+    }
+
+
+def test_a_thread_that_only_polls_does_not_hold_the_step(wh, examples: Path) -> None:  # noqa: ANN001
+    """nccl_data: the NCCL watchdog's thread polls cudaEventQuery across the step, launching
+    nothing and gating no other thread. The step graph keeps the threads that launch GPU work
+    (read from the file) and says what it left out; the step still replays to its traced
+    length; with every task twice as fast it shrinks well below it (the watchdog's idle gaps,
+    replayed, held it at the traced length whatever the durations)."""
+    from kernels.replay import replay_sweep
+    from lumos.estimate.gpu_whatif import whatif_model
+
+    w, _ = wh
+    model = whatif_model(w, "nccl", "not a transformer")
+    step = model.step
+    tid = np.asarray(step.tasks.column("tid").fill_null(-1).to_numpy(), np.int64)
+    assert set(tid[~step.is_gpu].tolist()) == _launching_threads(examples / NCCL)
+    assert "cudaEventQuery" in step.left_out and "1 CPU thread" in step.left_out
+    s = model.structure(model.base)
+    ed, graph = model.graph(s)
+    traced = model.durations(ed, model.base, 0.0, {})  # the profiler's cost kept
+    assert abs(model.explain(model.base).traced_ns / np.median(step.step_ns) - 1) <= MAX_BOUND
+    both = np.stack([traced, traced // 2])
+    full, half = replay_sweep(graph, both, delay_ns=model.delays(s, both), parallel=False)
+    assert half < 0.7 * full, (half, full)
 
 
 def test_lumos_estimate_asks_only_speed_ups_of_a_job_it_cannot_read(wh) -> None:  # noqa: ANN001

@@ -86,7 +86,7 @@ from warehouse.location import local_warehouse
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or calibration files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 49
+CACHE_FORMAT = 50
 # the cache folder of a single-GPU base's step graph
 GPU_STEP_DIR = "gpu_step"
 # the cache file saying why a job's template could not be built (until the next ingest)
@@ -936,6 +936,8 @@ class Estimator:
             f"profiler ({PROFILER_EVENT_NS / 1e3:.1f} us per recorded CPU event taken out)"
             + (f"; {traced}" if traced else "")
         ]
+        if self.gpu.left_out:
+            notes.append(self.gpu.left_out)
         if cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1:
             notes.append(gpu_collective_note(cfg, self._gpu_model().comm))
         if speedup:

@@ -27,7 +27,8 @@ def speedup_mask(step: GpuStep, ed: EditedStep, cls: str) -> np.ndarray:
     (copies and memsets included); ``comm`` the collectives (traced and added); ``gemm`` the
     GEMM kernels; a GEMM role the GEMM kernels its operators launch; ``token`` the kernels of
     the token roles; any other role the other kernels of operators of that role (``attn``:
-    the attention's fused kernels and its element-wise ones, ``opt``: the optimizer step's)."""
+    the attention's fused kernels, by their class where the step is unlabelled, and its
+    element-wise ones, ``opt``: the optimizer step's)."""
     b = ed.base
     kind = step.kind[b]
     gpu = step.is_gpu[b] & (kind != int(Kind.GPU_WAIT))
@@ -47,7 +48,11 @@ def speedup_mask(step: GpuStep, ed: EditedStep, cls: str) -> np.ndarray:
     if cls in GEMM_ROLES:
         return gemm & (role == ROLE[cls])
     roles = TOKEN_ROLES if cls == "token" else (cls,)
-    return kern & ~gemm & np.isin(role, [ROLE[r] for r in roles])
+    mask = kern & ~gemm & np.isin(role, [ROLE[r] for r in roles])
+    if cls == "attn":
+        # a fused attention kernel by its class too: a step left unlabelled has no roles
+        mask |= kern & (step.k_class[b] == int(KClass.ATTENTION))
+    return mask
 
 
 def speedup_divisor(step: GpuStep, ed: EditedStep, speed: Mapping[str, float]) -> np.ndarray:

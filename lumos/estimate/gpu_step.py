@@ -71,6 +71,8 @@ class GpuStep:
     k_elems: np.ndarray
     k_op: np.ndarray
     labelled_by: str = ""
+    # what the step leaves out of the trace's tasks ("" nothing): `side_threads`
+    left_out: str = ""
 
     @property
     def n(self) -> int:
@@ -114,6 +116,7 @@ class GpuStep:
             "job": self.job,
             "rank": self.rank,
             "labelled_by": self.labelled_by,
+            "left_out": self.left_out,
             "constants": [dataclasses.asdict(c) for c in self.constants],
         }
         (folder / "meta.json").write_text(json.dumps(meta))
@@ -135,6 +138,7 @@ class GpuStep:
             deps=read("deps"),
             constants=[DeviceConstants(**c) for c in meta["constants"]],
             labelled_by=meta["labelled_by"],
+            left_out=meta.get("left_out", ""),
             **arrays,
         )
 
@@ -170,6 +174,60 @@ def _step_slice(
     t = _set(t, "launch_src", launch)
     t = _set(t, "ts_ns", ts - (ts.min() if ts.size else 0))
     return t, d, idx
+
+
+def side_threads(t: pa.Table, d: pa.Table) -> np.ndarray:
+    """Per task of a step (`t`, its edges `d`): whether it runs on a CPU thread that takes no
+    part in the step: none of its tasks launches GPU work or precedes a task of another thread
+    (an NCCL watchdog or a DataLoader's pin-memory thread polling `cudaEventQuery`). Such a
+    thread gates nothing, but replayed with its measured idle gaps it would span the step and
+    hold the makespan at the traced one whatever the edit. None when no CPU thread takes part
+    (nothing to tell them apart by)."""
+    gpu = np.asarray(t.column("is_gpu").to_numpy(zero_copy_only=False), bool)
+    proc = _int(t, "proc", -1)
+    src, dst = _int(d, "src", -1), _int(d, "dst", -1)
+    ok = (src >= 0) & (dst >= 0)
+    src, dst = src[ok], dst[ok]
+    feeds = src[proc[src] != proc[dst]]
+    live = np.unique(proc[feeds][~gpu[feeds]])
+    if live.size == 0:
+        return np.zeros(t.num_rows, bool)
+    return ~gpu & ~np.isin(proc, live)
+
+
+def _subset(
+    t: pa.Table, d: pa.Table, idx: np.ndarray, keep: np.ndarray
+) -> tuple[pa.Table, pa.Table, np.ndarray]:
+    """A step slice (`_step_slice`'s triple) with only the tasks `keep`, renumbered."""
+    remap = np.where(keep, np.cumsum(keep) - 1, -1)
+    t = t.filter(pa.array(keep))
+    src, dst = _int(d, "src", -1), _int(d, "dst", -1)
+    ok = (src >= 0) & (dst >= 0)
+    ok[ok] = keep[src[ok]] & keep[dst[ok]]
+    d = d.filter(pa.array(ok))
+    d = _set(d, "src", remap[src[ok]])
+    d = _set(d, "dst", remap[dst[ok]])
+    launch = _int(t, "launch_src", -1)
+    ts = _int(t, "ts_ns", 0)
+    t = _set(t, "task", np.arange(t.num_rows, dtype=np.int64))
+    t = _set(t, "launch_src", np.where(launch >= 0, remap[np.maximum(launch, 0)], -1))
+    t = _set(t, "ts_ns", ts - (ts.min() if ts.size else 0))
+    return t, d, idx[keep]
+
+
+def _left_out(t: pa.Table, side: np.ndarray) -> str:
+    """What `side_threads` left out, in words ("" for nothing)."""
+    if not side.any():
+        return ""
+    names = np.asarray(t.column("name").to_pylist(), object)[side]
+    uniq, counts = np.unique(names, return_counts=True)
+    top = ", ".join(str(n) for n in uniq[np.argsort(-counts, kind="stable")][:3])
+    threads = np.unique(_int(t, "proc", -1)[side]).size
+    return (
+        f"{threads} CPU thread(s) that launch no GPU work and gate no other thread left out "
+        f"of the step ({int(side.sum())} tasks: {top}): replayed with their idle gaps they "
+        "would hold the step at its traced length"
+    )
 
 
 def _set(t: pa.Table, name: str, values: np.ndarray) -> pa.Table:
@@ -235,6 +293,15 @@ def step_from_tables(
         cpu = [int(r["cpu_step_ns"]) for r in full]
         same = [slices[int(np.argsort(cpu)[len(cpu) // 2])]]
     it, t, d, idx = same[-1]
+    side = side_threads(t, d)
+    left_out = _left_out(t, side)
+    if side.any():
+        same = [
+            (r, *_subset(st, sd, si, ~side))
+            for r, st, sd, si in same
+            if np.array_equal(side_threads(st, sd), side)
+        ]
+        it, t, d, idx = same[-1]
     if "step_gap_ns" in t.column_names:
         # its durations are medians over the steps: its GPU tasks take the device's trace-wide
         # gap (DeviceConstants.gap_ns), not the gap measured in the one step it copies
@@ -299,6 +366,7 @@ def step_from_tables(
         step_ns=np.array([int(r["cpu_step_ns"]) for r in full], np.int64),
         **_kernel_work(t, gpu, launch_ops or {}),
         labelled_by=how,
+        left_out=left_out,
     )
 
 

@@ -108,5 +108,6 @@ def whatif(root: str | Path, job: str, speedup: Mapping[str, float], why: str) -
             f"event taken out): {base.predicted_ns / 1e6:.1f} ms without speed-ups; the traced "
             "step's external waits kept, a wait for peers that are not traced scaled with the "
             "compute before it",
+            *([step.left_out] if step.left_out else []),
         ],
     )
