@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# the session's warehouse of the real replay traces and their replays (`real_wh`, `replays`)
+pytest_plugins = ("real_replays",)
+
 ROOT = Path(__file__).resolve().parent.parent
 # Resolved: CI links ../shared into place, and the warehouse records files by their real path.
 SHARED = Path(os.environ.get("LUMOS_SHARED", ROOT.parent / "shared")).resolve()

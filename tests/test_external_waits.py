@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from real_replays import TRACES
 
 from kernels.graph import Kind
 from lumos.estimate.gpu_step import GpuStep
@@ -30,16 +31,13 @@ from warehouse.ingest import ingest
 
 DLRM = "param/dlrm_8rank/kineto"
 SAMPLED = "hta/trace_filter/sampled_rank-0.json.gz"
-# rank 0 of a 2-GPU DDP job (HTA's nccl_parser_config): beside its two training threads, the
-# NCCL watchdog polls cudaEventQuery on a thread of its own across the step
-NCCL = "nccl_a100/nccl_data.json.gz"
 # how late after its launch call returned a kernel of `sampled_rank-0` must start to count as
 # held (`_late_kernels` reads them from the file): far beyond any launch latency
 LATE_NCCL_MS = 40.0
 
 
 @pytest.fixture(scope="module")
-def wh(shared_traces: Path, examples: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def wh(shared_traces: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     root = tmp_path_factory.mktemp("waits")
     one = root / "dlrm_r0"
     one.mkdir()
@@ -48,7 +46,6 @@ def wh(shared_traces: Path, examples: Path, tmp_path_factory: pytest.TempPathFac
     w = root / "wh"
     ingest([one], warehouse=w, job="dlrm_r0", build_catalog=False)
     ingest([shared_traces / DLRM], warehouse=w, job="dlrm", build_catalog=False)
-    ingest([examples / NCCL], warehouse=w, job="nccl", build_catalog=False)
     ingest([shared_traces / SAMPLED], warehouse=w, job="sampled")
     con = connect(str(w / "lumos.duckdb"), read_only=True)
     yield w, con
@@ -335,8 +332,9 @@ def _launching_threads(path: Path) -> set[int]:
     }
 
 
-def test_a_thread_that_only_polls_does_not_hold_the_step(wh, examples: Path) -> None:  # noqa: ANN001
-    """nccl_data: the NCCL watchdog's thread polls cudaEventQuery across the step, launching
+def test_a_thread_that_only_polls_does_not_hold_the_step(real_wh, shared_traces: Path) -> None:  # noqa: ANN001
+    """nccl_data (HTA's, rank 0 of a 2-GPU DDP job; the session's warehouse of the replay
+    traces): beside its two training threads, the NCCL watchdog's thread polls cudaEventQuery across the step, launching
     nothing and gating no other thread. The step graph keeps the threads that launch GPU work
     (read from the file) and says what it left out; the step still replays to its traced
     length; with every task twice as fast it shrinks well below it (the watchdog's idle gaps,
@@ -344,11 +342,13 @@ def test_a_thread_that_only_polls_does_not_hold_the_step(wh, examples: Path) -> 
     from kernels.replay import replay_sweep
     from lumos.estimate.gpu_whatif import whatif_model
 
-    w, _ = wh
-    model = whatif_model(w, "nccl", "not a transformer")
+    w, _ = real_wh
+    model = whatif_model(w, "nccl_data", "not a transformer")
     step = model.step
     tid = np.asarray(step.tasks.column("tid").fill_null(-1).to_numpy(), np.int64)
-    assert set(tid[~step.is_gpu].tolist()) == _launching_threads(examples / NCCL)
+    assert set(tid[~step.is_gpu].tolist()) == _launching_threads(
+        shared_traces / TRACES["nccl_data"]
+    )
     assert "cudaEventQuery" in step.left_out and "1 CPU thread" in step.left_out
     s = model.structure(model.base)
     ed, graph = model.graph(s)

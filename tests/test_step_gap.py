@@ -18,10 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from lumos.replay.run import replay_job
-from warehouse.catalog import connect
-from warehouse.ingest import ingest
-
 TEST = "hta/trace_diff/test/test.json.gz"
 # its model replay's largest error over complete steps before the step gap (docs/replay.md)
 MAX_BEFORE = {"cpu_step": 0.0222, "gpu_span": 0.0103, "period": 0.0222}
@@ -29,12 +25,9 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 @pytest.fixture(scope="module")
-def replay(shared_traces: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    wh = tmp_path_factory.mktemp("step_gap") / "wh"
-    ingest([shared_traces / TEST], warehouse=wh, job="test")
-    con = connect(str(wh / "lumos.duckdb"), read_only=True)
-    yield replay_job(con, "test")
-    con.close()
+def replay(replays):  # noqa: ANN001, ANN201
+    """trace_diff/test's replay: the session's (tests/real_replays.py), not ingested again."""
+    return replays("test")
 
 
 def _file_step_gaps(path: Path) -> dict[int, float]:
