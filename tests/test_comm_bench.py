@@ -115,7 +115,13 @@ def test_transfers_and_sizes_beyond_the_benchmarks(halves) -> None:
     assert model.allreduce_ns(small, 2) == pytest.approx(
         (c.model.phys[0] + small * c.model.phys[2]) * 1e3, rel=1e-9
     )
-    assert any("below the allreduce 1_2 benchmarks" in s for s in model.notes)
+    below = [s for s in model.take_asked() if "below the allreduce 1_2 benchmarks" in s]
+    assert len(below) == 1 and not any("below" in s for s in model.notes)
+    # said for the sizes asked since the last take only (a sweep's other sizes are not)
+    model.allreduce_ns(c.lo_bytes * 2, 2)
+    assert model.take_asked() == []
+    model.allreduce_ns(small, 2)  # asked again: said again
+    assert model.take_asked() == below
     # 3 ranks, no 1_3 benchmark: the 1_4 curve c0 + b·bytes read as a ring (6 steps of alpha,
     # 1.5 bytes / bw) and re-summed over 3 ranks (4 steps, 4/3 bytes / bw)
     (c4,) = (c for c in model.allreduce["1_4"] if c.lo_bytes <= 1e8 <= c.hi_bytes)
@@ -123,7 +129,7 @@ def test_transfers_and_sizes_beyond_the_benchmarks(halves) -> None:
     t3 = model.allreduce_ns(1e8, 3)
     assert t3 == pytest.approx((4 / 6 * c0 + (4 / 3) / 1.5 * per_byte * 1e8) * 1e3, rel=1e-9)
     assert t3 < model.allreduce_ns(1e8, 4) < model.allreduce_ns(1e8, 2)
-    assert any("3 ranks: no 1_3 benchmark" in s for s in model.notes)
+    assert any("3 ranks: no 1_3 benchmark" in s for s in model.take_asked())
     # 8 ranks span two nodes of four: the 2_4 curve, far slower than the node's NVLink
     assert model.allreduce_ns(1e8, 8) > 10 * model.allreduce_ns(1e8, 4)
     assert model.allreduce_ns(1e8, 1) == 0.0
@@ -163,6 +169,11 @@ def test_the_estimator_takes_benchmarks_of_its_own_device_only(gpu_wh, nccl_wh: 
         assert est._gpu_model().collective_ns(tp2)[int(Coll.TP)] == pytest.approx(one)
         assert one > 2 * CommModel.for_device(A100).allreduce_ns(acts, 2)
         assert q.predicted_ns > p.predicted_ns  # Perlmutter's pair of A100s: slower all-reduces
+        # each estimate names what its own sizes needed: dp=3 has no 1_3 curve, tp=2 has one
+        dp3 = est.target({"dp": 3})
+        (r3, r2) = est.predict([dp3, tp2])
+        assert "no 1_3 benchmark" in " ".join(r3.warnings)
+        assert "no 1_3 benchmark" not in " ".join(r2.warnings + est.explain(tp2).warnings)
     finally:
         shutil.rmtree(copied)
 

@@ -128,6 +128,11 @@ class CommModel:
             return self
         return replace(self, bw_bytes_per_ns=min(self.bw_bytes_per_ns, self.node_bw_bytes_per_ns))
 
+    def take_asked(self) -> list[str]:
+        """What the sizes asked since the last call needed beyond `notes` (a model fitted on
+        benchmarks says which curve or extrapolation priced them: `comm_bench`); none here."""
+        return []
+
     def node_note(self) -> str:
         """What `spanning` assumes, for an estimate's notes."""
         if self.node_bw_bytes_per_ns is None:

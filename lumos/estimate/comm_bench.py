@@ -90,14 +90,18 @@ def _pick(curves: list[Curve], nbytes: float) -> tuple[Curve, str]:
 class BenchCommModel(CommModel):
     """A `CommModel` whose all-reduces and transfers are the device's benchmarked curves;
     `alpha_ns` / `bw_bytes_per_ns` are the widest intra-node all-reduce curve's ring reading
-    (for what this class does not price itself). Sizes outside the benchmarks are noted once
-    each in `notes`."""
+    (for what this class does not price itself). `notes` say where the curves come from; what
+    a size asked needed (a curve read as a ring, a size outside the benchmarks) is said by
+    `take_asked`, for the sizes asked since its last call only."""
 
     device: str = ""
     allreduce: dict[str, list[Curve]] = field(default_factory=dict)  # layout -> curves by size
     p2p: dict[str, list[Curve]] = field(default_factory=dict)
     gpus_per_node: int = 0  # the largest G of a 1 x G all-reduce curve
     _memo: dict[tuple[str, int, int], float] = field(default_factory=dict, repr=False)
+    # per size asked (a `_memo` key): what pricing it needed; those asked since `take_asked`
+    _said: dict[tuple[str, int, int], tuple[str, ...]] = field(default_factory=dict, repr=False)
+    _asked: list[str] = field(default_factory=list, repr=False)
 
     def group_curve(self, n: int) -> tuple[list[Curve], str]:
         """The curves an all-reduce over n ranks takes, and how (a note; '' for a curve of n
@@ -134,12 +138,11 @@ class BenchCommModel(CommModel):
             else:
                 alpha, bw = curve.ring()
                 ns = 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / bw
-            if how:
-                self._note(f"all-reduce over {n} ranks: no 1_{n} benchmark, {how}")
+            said = [f"all-reduce over {n} ranks: no 1_{n} benchmark, {how}"] if how else []
             if out:
-                self._note(_outside("all-reduce", curve, nbytes, out))
-            self._memo[key] = ns
-        return self._memo[key]
+                said.append(_outside("all-reduce", curve, nbytes, out))
+            self._memo[key], self._said[key] = ns, tuple(said)
+        return self._ask(key)
 
     def p2p_ns(self, nbytes: float) -> float:
         """A pipeline transfer: the 1_2 (same node) p2p curve, else another layout's, else
@@ -150,14 +153,18 @@ class BenchCommModel(CommModel):
         key = ("p2p", 2, int(nbytes))
         if key not in self._memo:
             curve, out = _pick(curves, nbytes)
-            if out:
-                self._note(_outside("transfer", curve, nbytes, out))
+            self._said[key] = (_outside("transfer", curve, nbytes, out),) if out else ()
             self._memo[key] = curve.us(nbytes) * 1e3
+        return self._ask(key)
+
+    def _ask(self, key: tuple[str, int, int]) -> float:
+        """The time of size `key`, its notes added to those asked."""
+        self._asked.extend(t for t in self._said[key] if t not in self._asked)
         return self._memo[key]
 
-    def _note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
+    def take_asked(self) -> list[str]:
+        self._asked, out = [], self._asked
+        return out
 
 
 def _outside(what: str, c: Curve, nbytes: float, way: str) -> str:

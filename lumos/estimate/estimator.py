@@ -939,7 +939,8 @@ class Estimator:
         if self.gpu.left_out:
             notes.append(self.gpu.left_out)
         if cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1:
-            notes.append(gpu_collective_note(cfg, self._gpu_model().comm))
+            model = self._gpu_model()
+            notes.append(gpu_collective_note(cfg, model.comm, model.collective_notes(cfg)))
         if speedup:
             asked = ", ".join(f"{k} x{v:g}" for k, v in speedup.items())
             notes.append(

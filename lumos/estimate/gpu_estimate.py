@@ -313,6 +313,15 @@ class GpuModel:
             ),
         }
 
+    def collective_notes(self, cfg: ModelConfig) -> list[str]:
+        """What the communication model said of the sizes cfg's collectives ask (a group
+        without a curve of its own, a size outside the benchmarks), for cfg alone."""
+        self.comm.take_asked()
+        self.collective_ns(cfg)
+        if cfg.zero_stage >= 1 and cfg.dp > 1:
+            zero_gather_ns(cfg, self.comm.spanning(cfg.dp, cfg.tp))
+        return self.comm.take_asked()
+
     def predict(
         self,
         cfgs: Sequence[ModelConfig],

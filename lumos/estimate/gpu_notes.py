@@ -6,14 +6,17 @@ without importing them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from lumos.estimate.comm import CommModel
 from lumos.estimate.config import ModelConfig
 
 __all__ = ["gpu_collective_note"]
 
 
-def gpu_collective_note(cfg: ModelConfig, comm: CommModel) -> str:
-    """One line naming the collectives the graph edit added for `cfg` and the cost model."""
+def gpu_collective_note(cfg: ModelConfig, comm: CommModel, asked: Sequence[str] = ()) -> str:
+    """One line naming the collectives the graph edit added for `cfg` and the cost model
+    (`asked`: what pricing cfg's sizes needed, `GpuModel.collective_notes`)."""
     what = []
     if cfg.pp > 1:
         what.append(
@@ -58,5 +61,5 @@ def gpu_collective_note(cfg: ModelConfig, comm: CommModel) -> str:
         f"collectives added to the graph ({'; '.join(what)}), an all-reduce a ring: "
         "2(n-1) x alpha + 2(n-1)/n x bytes / bw, a reduce-scatter or all-gather half of it, "
         "a transfer alpha + bytes / bw; "
-        + "; ".join([*comm.notes, *filter(None, [comm.node_note()])])
+        + "; ".join([*comm.notes, *asked, *filter(None, [comm.node_note()])])
     )
