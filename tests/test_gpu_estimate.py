@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from step_graphs import layer_tasks
 
 from kernels.graph import Kind
 from lumos.estimate.accuracy import gpu_run_config, gpu_run_truth
@@ -35,17 +36,9 @@ def _target(base_cfg, gpu_runs: Path, run: str):  # noqa: ANN001, ANN202
     return gpu_run_config(base_cfg, gpu_run_truth(gpu_runs / run)[1])
 
 
-def _layer_kernels(step, ed=None, *, fwd: bool):
+def _layer_kernels(step, ed=None, *, fwd: bool):  # noqa: ANN001, ANN202
     """Kernel names of the layers' forward (or backward) in stream order, with their layer."""
-    from lumos.estimate.gpu_step import BLOCK_BWD, BLOCK_FWD
-
-    base = np.arange(step.n) if ed is None else ed.base
-    layer = step.layer[base] if ed is None else ed.layer
-    names = np.array(step.tasks.column("name").to_pylist(), object)[base]
-    kind = step.kind[base]
-    blocks = BLOCK_FWD if fwd else BLOCK_BWD
-    keep = (kind == int(Kind.GPU_KERNEL)) & np.isin(step.block[base], blocks) & (layer >= 0)
-    return list(zip(layer[keep].tolist(), names[keep].tolist(), strict=True))
+    return layer_tasks(step, ed, fwd=fwd)
 
 
 def test_the_base_step_is_labelled(base):

@@ -100,7 +100,7 @@ class GpuModel:
             step.dur_ns[gemm], step.k_flops[gemm], step.k_op[gemm]
         )
         # a GEMM operator's fixed part, shared over its kernels by their time
-        op_t = np.zeros(int(step.k_op.max()) + 1 if step.n else 0)
+        op_t = np.zeros(max(int(step.k_op.max()) + 1, 1) if step.n else 1)
         has = step.k_op >= 0
         np.add.at(op_t, step.k_op[has], step.dur_ns[has])
         share = np.where(has, step.dur_ns / np.maximum(op_t[np.maximum(step.k_op, 0)], 1), 1.0)

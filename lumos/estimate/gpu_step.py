@@ -275,12 +275,14 @@ def step_from_tables(
     rank: int = 0,
     sizes: ShapeRoles | None = None,
     structured: bool = True,
+    cpu_trace: bool = False,
 ) -> GpuStep:
     """Build the base step from one rank's replay tables (`tasks`, `deps`, `iterations`), its
     top-level ops (`estimate/template_tasks.sql` rows), its recorded CPU events (`tid`,
     `ts_ns`: `estimate/cpu_event_times.sql`) and the innermost operator of each launching call
     (correlation -> name, input shapes and instance key: `estimate/launch_ops.sql`).
-    `structured=False` keeps a step whose layers are not found, unlabelled."""
+    `structured=False` keeps a step whose layers are not found, unlabelled; `cpu_trace=True`
+    takes a step without GPU tasks (a CPU trace: the same graph, its operators the work)."""
     its = [r for r in iterations.to_pylist() if int(r["rank"]) == rank]
     full = [r for r in its if not r["truncated"]] or its
     if not full:
@@ -307,7 +309,7 @@ def step_from_tables(
         # gap (DeviceConstants.gap_ns), not the gap measured in the one step it copies
         i = t.schema.get_field_index("step_gap_ns")
         t = t.set_column(i, t.schema.field(i), pa.nulls(t.num_rows, pa.int64()))
-    if not np.any(t.column("is_gpu").to_numpy(zero_copy_only=False)):
+    if not cpu_trace and not np.any(t.column("is_gpu").to_numpy(zero_copy_only=False)):
         raise GpuStepError(f"{job}: the traced step has no GPU task (a CPU trace)")
     dur = np.median([_int(s[1], "model_dur_ns", 0) for s in same], axis=0)
     gap = np.median([np.maximum(_int(s[1], "gap_ns", 0), 0) for s in same], axis=0)
@@ -341,6 +343,8 @@ def step_from_tables(
         vals = np.array([lab[key][i] for i in range(len(ref))] or [0], np.int64)
         return np.where(has, vals[pick], -1)
 
+    pause = float(np.median([_pause_before(its, r) for r, *_ in same]))
+    gap = _first_gaps(gap, _int(t, "proc", -1), gpu, origin - s0, pause)
     n_ev = np.zeros(t.num_rows, np.int64)
     cpu = ~gpu
     n_ev[cpu] = _events_in(
@@ -368,6 +372,29 @@ def step_from_tables(
         labelled_by=how,
         left_out=left_out,
     )
+
+
+def _pause_before(its: list[dict[str, Any]], it: dict[str, Any]) -> int:
+    """The time the rank spent outside any traced step right before step `it` (from the end of
+    the step before it to its start; 0 for the first): a trainer's pause between steps."""
+    ends = [int(r["cpu_end_ns"]) for r in its if int(r["cpu_start_ns"]) < int(it["cpu_start_ns"])]
+    return max(int(it["cpu_start_ns"]) - max(ends), 0) if ends else 0
+
+
+def _first_gaps(
+    gap: np.ndarray, proc: np.ndarray, gpu: np.ndarray, offset: np.ndarray, pause: float
+) -> np.ndarray:
+    """`gap` without the `pause` before the step where a CPU thread's first task's idle gap
+    reaches back over the step's start (`offset`: each task's start from it): the loop's own
+    time at a step's end is part of every step, a pause between steps is not."""
+    out = np.asarray(gap, np.float64).copy()
+    cpu = np.flatnonzero(~gpu)
+    if cpu.size:
+        order = cpu[np.lexsort((offset[cpu], proc[cpu]))]
+        first = order[np.r_[True, proc[order][1:] != proc[order][:-1]]]
+        before = np.maximum(out[first] - np.maximum(offset[first], 0), 0)
+        out[first] -= np.minimum(before, pause)
+    return out
 
 
 def _kernel_work(
@@ -415,12 +442,19 @@ def _task_steps(tasks: pa.Table, its: list[dict[str, Any]]) -> np.ndarray:
 
 
 def load_gpu_step(
-    wh: Any, job: str, *, rank: int = 0, sizes: ShapeRoles | None = None, structured: bool = True
+    wh: Any,
+    job: str,
+    *,
+    rank: int = 0,
+    sizes: ShapeRoles | None = None,
+    structured: bool = True,
+    cpu_trace: bool = False,
 ) -> GpuStep:
     """The base step of `job` from the warehouse `wh` (a `lumos.api.Warehouse`): its graph is
     rebuilt in memory from the job's events (nothing written). `sizes` (`template.shape_roles` of
     the base configuration) gives operators without a role by name their role by the size of
-    their largest input (a cast or a copy of the activations scales with them)."""
+    their largest input (a cast or a copy of the activations scales with them). A CPU trace
+    is refused unless `cpu_trace` (`step_from_tables`)."""
 
     from lumos.replay.run import replay_job
     from warehouse.catalog import job_events_view
@@ -428,7 +462,8 @@ def load_gpu_step(
     con = catalog_connect(str(wh.catalog))
     try:
         job_events_view(con, job)
-        if not con.execute(lumos_sql.load("estimate/gpu_tasks"), {"rank": rank}).fetchone()[0]:
+        gpu_tasks = con.execute(lumos_sql.load("estimate/gpu_tasks"), {"rank": rank}).fetchone()
+        if not cpu_trace and not gpu_tasks[0]:
             raise GpuStepError(f"{job}: rank {rank} has no GPU task (a CPU trace)")
         jr = replay_job(con, job, modes=())
         job_events_view(con, job)
@@ -454,6 +489,7 @@ def load_gpu_step(
         rank=rank,
         sizes=sizes,
         structured=structured,
+        cpu_trace=cpu_trace,
     )
 
 

@@ -1,0 +1,87 @@
+"""A CPU trace's step graph (issue 33, item 1: the same graph as a GPU trace's, without GPU
+tasks), built, replayed and edited by the code the GPU estimator uses: the CPU ground-truth
+corpus's base (its trainer pauses ~250 ms between steps) and the Hugging Face families the GPU
+corpus does not hold (tests/data/hf_families: GPT-2's Conv1D, Qwen3's head size and q/k norms,
+Phi's parallel attention and MLP), whose layers must be found and copied whole."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from step_graphs import layer_tasks
+
+from kernels.graph import Kind
+from warehouse.ingest import ingest
+
+DATA = Path(__file__).parent / "data"
+FAMILIES = sorted(p.name for p in (DATA / "hf_families").iterdir() if p.is_dir())
+JOBS = ["base", *(f"hf_families/{f}" for f in FAMILIES)]
+# a replay of the step as it ran (the profiler's cost kept) against the traced steps' median
+REPLAY_TOLERANCE = 0.10
+
+
+@pytest.fixture(scope="module")
+def steps(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from lumos.estimate.gpu_step import load_gpu_step
+    from lumos.estimate.infer import infer_base
+    from lumos.estimate.template import shape_roles
+    from warehouse.handle import WarehouseHandle
+
+    wh = tmp_path_factory.mktemp("cpu_graph") / "wh"
+    ingest([DATA / "corpus" / "base"], warehouse=wh, job="base", build_catalog=False)
+    ingest([DATA / "hf_families"], warehouse=wh)
+    handle = WarehouseHandle.open(wh)
+    out = {}
+    for job in JOBS:
+        cfg = infer_base(handle, job).config
+        out[job] = load_gpu_step(handle, job, sizes=shape_roles(cfg), cpu_trace=True), cfg
+    return out
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_a_cpu_step_replays_to_its_traced_step(steps: dict, job: str) -> None:
+    """No GPU task; each thread's first task waits for the step's start, not for the thread's
+    last task of the step before (the corpus trainer's pause between steps replayed the base
+    6.5x its length); the step as it ran replays to its traced length."""
+    from lumos.estimate.gpu_estimate import GpuModel
+
+    step, cfg = steps[job]
+    assert not step.is_gpu.any() and step.n > 0
+    got = GpuModel(step, cfg).explain(cfg).traced_ns
+    measured = float(np.median(step.step_ns))
+    assert abs(got / measured - 1) <= REPLAY_TOLERANCE, (got, measured)
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_layer_and_micro_batch_edits_copy_whole_pieces(steps: dict, job: str) -> None:
+    """Twice the layers: every target layer's forward operators are its base layer's
+    (`layer_map`), in order, and the backward runs the layers last to first; twice the
+    micro-batches: the forward and backward operators twice, the optimizer's once."""
+    from lumos.estimate.gpu_edit import edit_step, layer_map
+    from lumos.estimate.gpu_step import BLOCK_BWD, BLOCK_FWD
+    from lumos.estimate.template import BLOCK
+
+    step, cfg = steps[job]
+    L, M = cfg.layers, cfg.num_micro_batches
+    op = Kind.CPU_OP
+    ed = edit_step(step, 2 * L, M, L, M)
+    by_layer: dict[int, list[str]] = {}
+    for ly, name in layer_tasks(step, fwd=True, kind=op):
+        by_layer.setdefault(ly, []).append(name)
+    assert sorted(by_layer) == list(range(L))
+    want = [(j, n) for j, b in enumerate(layer_map(L, 2 * L)) for n in by_layer[b]]
+    assert sorted(layer_tasks(step, ed, fwd=True, kind=op)) == sorted(want)
+    bwd = layer_tasks(step, ed, fwd=False, kind=op)
+    first = [ly for i, (ly, _) in enumerate(bwd) if i == 0 or bwd[i - 1][0] != ly]
+    assert first[: 2 * L] == list(range(2 * L))[::-1]
+
+    ed = edit_step(step, L, 2 * M, L, M)
+    ops = step.kind == int(op)
+    passes = ops & np.isin(step.block, (*BLOCK_FWD, *BLOCK_BWD))
+    once = ops & np.isin(step.block, (BLOCK["opt"], BLOCK["tail"]))
+    got = Counter(zip(passes[ed.base].tolist(), once[ed.base].tolist(), strict=True))
+    assert got[(True, False)] == 2 * int(passes.sum())
+    assert got[(False, True)] == int(once.sum())
