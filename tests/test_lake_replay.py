@@ -250,3 +250,54 @@ def test_dagster_ingest_and_replay_on_s3_give_the_local_tables(
         [r for r in rows if r[0] == "gpt_cpu"] for rows in _answers(local_wh, {}, REPLAY_QUERIES)
     ]
     assert mine == local and len(mine[0]) > 0
+
+
+def test_a_new_manifest_version_downloads_only_the_files_it_adds(
+    s3_server: str,
+    fresh_bucket,  # noqa: ANN001
+    examples: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After an ingest (a new manifest version), an S3 warehouse's mirror links the data files
+    it already holds and downloads only the new job's: a nightly ingest does not make the next
+    estimate fetch the whole warehouse again."""
+    from warehouse import lake_files
+    from warehouse.lake_mirror import mirror
+
+    env = fresh_bucket(s3_server)
+    uri = f"s3://{env.pop('BUCKET')}/wh"
+    env["LUMOS_CACHE"] = str(tmp_path / "cache")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    fetched: list[str] = []
+    get = lake_files.LakeFiles.get
+
+    def counted(self, relative: str, local: str) -> None:  # noqa: ANN001
+        fetched.append(relative)
+        get(self, relative, local)
+
+    monkeypatch.setattr(lake_files.LakeFiles, "get", counted)
+
+    def mirrored() -> tuple[set[str], list[str]]:
+        """The events files of the latest version's mirror, and the data files it fetched."""
+        fetched.clear()
+        with mirror(uri) as local:
+            have = {
+                str(p.relative_to(local.root)) for p in local.root.glob("events/job=*/**/*.parquet")
+            }
+        return have, [f for f in fetched if f.startswith(("events/", "trace_meta/"))]
+
+    for job in ("gpt_cpu", "nccl_a100"):
+        res = lumos("ingest", str(examples / job), "--warehouse", uri, "-q", env=env)
+        assert res.returncode == 0, res.stderr
+        have, data = mirrored()
+        if job == "gpt_cpu":
+            first = have
+            assert len(data) == 2 * len(first) > 0  # every events and trace_meta file, once
+        else:
+            added = have - first
+            assert first < have and all("nccl_a100" in f for f in added)
+            assert sorted(data) == sorted(
+                [*added, *(f.replace("events/", "trace_meta/", 1) for f in added)]
+            )

@@ -3,7 +3,9 @@
 
 The manifest's rows of the chosen jobs as of one Delta version and their data files are copied
 once into the cache folder (`warehouse.location.cache_folder`), keyed by the URI, the jobs and the
-version, with the estimator's templates built from them. Each run works in a private folder
+version, with the estimator's templates built from them; a data file is downloaded once per URI
+(`objects/`) and hard-linked into each version's copy, so that a later version fetches only the
+files its new rows add. Each run works in a private folder
 beside it: the data files hard-linked, the templates folder shared, the latest committed result
 files (`warehouse.lake_results`) downloaded; what the run writes there is committed back by
 `publish` (files, then one Delta commit), and the folder is removed at the end, so a killed or
@@ -86,16 +88,16 @@ def mirror(
     key = hashlib.sha256(f"{lake.uri}\n{selection}".encode()).hexdigest()[:16]
     home = cache_folder() / "lake" / key
     shared = home / f"manifest-v{version}"
+    objects = (
+        cache_folder() / "lake" / "objects" / hashlib.sha256(lake.uri.encode()).hexdigest()[:16]
+    )
     if not shared.is_dir():
-        _build(lake, rows, home, shared)
+        _build(lake, rows, home, shared, objects)
     os.utime(shared)  # in use: `_remove_stale` keeps a copy used within the hour
     _remove_stale(home, keep=shared)
     run = home / f"run-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     try:
         _link_tree(shared, run)
-        objects = (
-            cache_folder() / "lake" / "objects" / hashlib.sha256(lake.uri.encode()).hexdigest()[:16]
-        )
         _download_results(LakeResults.at(lake.uri), run, {r["job"] for r in rows}, objects)
         build_catalog(run)
         yield Mirror(lake.uri, run, version, _result_files(run))
@@ -117,9 +119,11 @@ def _link_tree(shared: Path, run: Path) -> None:
     (run / _SHARED).symlink_to(shared / _SHARED, target_is_directory=True)
 
 
-def _build(lake: LakeManifest, rows: list[dict], home: Path, root: Path) -> None:
+def _build(lake: LakeManifest, rows: list[dict], home: Path, root: Path, objects: Path) -> None:
     """Write the mirror of `rows` in a temporary folder, then rename it to `root` (a racing
-    process's mirror of the same version is as good: ours is dropped)."""
+    process's mirror of the same version is as good: ours is dropped). Each data file is a hard
+    link to its copy in `objects`, downloaded once: a new manifest version fetches only the
+    files of the rows it adds."""
     from warehouse.manifest import append_rows
 
     home.mkdir(parents=True, exist_ok=True)
@@ -131,13 +135,16 @@ def _build(lake: LakeManifest, rows: list[dict], home: Path, root: Path) -> None
         for r in rows:
             if r["status"] != "ok":
                 continue
+            # a data file is written once per manifest row: the row's ingest time names it
+            stamp = str(r["ingested_at"])
             for relative in (
                 r["events_file"],
                 trace_meta_relative(r["job"], r["rank"], r["sha256"]),
             ):
+                key = hashlib.sha256(f"{relative}\n{stamp}".encode()).hexdigest()
                 target = tmp / relative
                 target.parent.mkdir(parents=True, exist_ok=True)
-                files.get(relative, str(target))
+                _link(_object(files, relative, objects / "data" / key[:2] / key), target)
         append_rows(layout, rows)
         try:
             tmp.rename(root)
@@ -181,15 +188,20 @@ def _download_results(results: LakeResults, root: Path, jobs: set[str], objects:
     for relative, row in results.latest().items():
         if row["job"] not in jobs:
             continue
-        cached = objects / row["key"]
-        if not cached.is_file():
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_name(f".{cached.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp")
-            files.get(row["key"], str(tmp))
-            os.replace(tmp, cached)
         target = root / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        _link(cached, target)
+        _link(_object(files, row["key"], objects / row["key"]), target)
+
+
+def _object(files: LakeFiles, relative: str, cached: Path) -> Path:
+    """`cached`, the local copy of the S3 file `relative`: downloaded (to a temporary name, then
+    renamed: a killed download leaves no partial copy) unless already there."""
+    if not cached.is_file():
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_name(f".{cached.name}.{os.getpid()}-{uuid.uuid4().hex}.tmp")
+        files.get(relative, str(tmp))
+        os.replace(tmp, cached)
+    return cached
 
 
 def _link(source: Path, target: Path) -> None:
