@@ -303,6 +303,37 @@ def test_gpu_work_follows_the_shapes(gpu_wh, base):
         assert abs(linear[gemm].sum() / t_gemm - 1) > err, run
 
 
+def test_attention_follows_its_flops_and_its_exponentials(gpu_wh, base):
+    """llama_H2048 runs head size 128 where llama_base runs 64: its fused attention kernels do
+    twice the FLOPs but take the same number of exponentials, which on an H100 take as long as
+    the products at head size 64 (the datasheet rates: 989 TFLOP/s, 3.9 T exp/s). Against the
+    kernels llama_H2048 traced, the law with the device's rates is within 15 %, and closer than
+    the FLOPs alone (+35 %); a device without rates keeps the FLOPs law."""
+    from lumos.estimate.gpu_estimate import GpuModel
+    from lumos.estimate.gpu_step import load_gpu_step
+    from lumos.estimate.infer import infer_base
+    from lumos.estimate.kernel_work import KClass
+    from lumos.estimate.template import shape_roles
+    from lumos.estimate.throughput import job_device
+
+    step, cfg = base
+    job = "gpu_h100/llama_H2048"
+    other = infer_base(gpu_wh, job).config
+    assert (cfg.head_size, other.head_size) == (64, 128)
+    traced = load_gpu_step(gpu_wh, job, sizes=shape_roles(other))
+    measured = traced.dur_ns[traced.k_class == int(KClass.ATTENTION)].sum()
+    device = job_device(gpu_wh.root, f"gpu_h100/{BASE}").name
+    target = replace(cfg, hidden=other.hidden, heads=other.heads, kv_heads=other.kv_heads)
+    target = replace(target, ffn=other.ffn)
+    errors = []
+    for model in (GpuModel(step, cfg, device=device), GpuModel(step, cfg, device="unknown")):
+        ed, _ = model.graph(model.structure(target))
+        dur = model.durations(ed, target, model.event_ns)
+        errors.append(dur[step.k_class[ed.base] == int(KClass.ATTENTION)].sum() / measured - 1)
+    assert abs(errors[0]) <= 0.15 and abs(errors[0]) < abs(errors[1]), errors
+    assert errors[1] > 0.25, errors  # FLOPs alone: the exponentials taken to double
+
+
 def test_grouped_query_attention_narrows_the_qkv_work(gpu_wh, base):
     """llama_base with 4 key/value heads against the GPU work llama_kv4 traced."""
     from lumos.estimate.gpu_estimate import GpuModel

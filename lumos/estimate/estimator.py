@@ -856,7 +856,9 @@ class Estimator:
 
         if self._gpu is None:
             assert self.gpu is not None
-            self._gpu = GpuModel(self.gpu, self.base, comm=self._gpu_comm())
+            self._gpu = GpuModel(
+                self.gpu, self.base, comm=self._gpu_comm(), device=self.device_name
+            )
         return self._gpu
 
     def _gpu_comm(self) -> CommModel:

@@ -24,12 +24,19 @@ from lumos.estimate.gpu_edit import Coll, EditedStep, EditError, Piece, edit_ste
 from lumos.estimate.gpu_pipeline import pipeline_constants, pipeline_step
 from lumos.estimate.gpu_sharding import add_parallel
 from lumos.estimate.gpu_speedup import speedup_divisor
-from lumos.estimate.gpu_step import GpuStep
-from lumos.estimate.kernel_work import KClass, fit_gemm, named_sizes, size_ratio
+from lumos.estimate.gpu_step import BLOCK_BWD, GpuStep
+from lumos.estimate.kernel_work import (
+    KClass,
+    attention_head_factor,
+    fit_gemm,
+    named_sizes,
+    size_ratio,
+)
 from lumos.estimate.memory import embedding_params, head_params, params_per_layer, stage_layers
 from lumos.estimate.profiler_cost import PROFILER_EVENT_NS, unprofiled_cpu_ns
 from lumos.estimate.retime import features, stage_param_counts
 from lumos.estimate.template import ROLE
+from lumos.estimate.throughput import exp_rate_of, peak_flops_of
 from lumos.estimate.waits import ScaledWaits, has_peer_waits, scaled_waits
 from lumos.replay.build import build_graph
 
@@ -80,9 +87,13 @@ class GpuModel:
         checkpoint_cpu: float = CHECKPOINT_FORWARD_CPU,
         comm: CommModel | None = None,
         fixed: str = "",
+        device: str | None = None,
     ):
         self.step = step
         self.base = base
+        # the device's tensor-core peak and exponential rate: a fused attention kernel's time
+        # per score (`kernel_work.attention_head_factor`); None each where it is not known
+        self.rates = (peak_flops_of(device), exp_rate_of(device))
         # why only the base's own structure can be predicted (its step as it ran, speed-ups
         # and the profiler's cost aside): a step whose layers are not found; "" edits freely
         self.fixed = fixed
@@ -242,6 +253,8 @@ class GpuModel:
         r = np.where(self._sized[b] & ~np.isnan(rs), rs, r)
         if cfg.sequence_parallel and cfg.tp > 1:
             r = self._sequence_split(r, b, sizes, cfg.tp)
+        if cfg.head_size != self.base.head_size:
+            r = self._head_size(r, b, cfg.head_size)
         mm = np.isin(st.k_class[b], (int(KClass.GEMM), int(KClass.ATTENTION)))
         fixed = np.minimum(dur, np.where(mm, self._gemm_fixed[b], self._fixed_cap))
         gpu_dur = np.where(st.kind[b] == int(Kind.GPU_WAIT), dur, fixed + (dur - fixed) * r)
@@ -256,6 +269,20 @@ class GpuModel:
         if speed:
             out = out / speedup_divisor(st, ed, speed)
         return np.rint(out).astype(np.int64)
+
+    def _head_size(self, r: np.ndarray, b: np.ndarray, d: int) -> np.ndarray:
+        """`r` with the fused attention kernels' FLOPs ratio turned into their time's at head
+        size `d` (`attention_head_factor`: the softmax's exponentials do not grow with it)."""
+        st = self.step
+        peak, exp = self.rates
+        fwd, bwd = (
+            attention_head_factor(
+                self.base.head_size, d, backward=back, peak_flops=peak, exp_rate=exp
+            )
+            for back in (False, True)
+        )
+        attn = st.k_class[b] == int(KClass.ATTENTION)
+        return np.where(attn, r * np.where(np.isin(st.block[b], BLOCK_BWD), bwd, fwd), r)
 
     def _sequence_split(
         self, r: np.ndarray, b: np.ndarray, sizes: dict[str, float], tp: int

@@ -21,7 +21,9 @@ from lumos.estimate.config import ModelConfig
 from lumos_sql.taxonomy import OpClass, op_class
 
 __all__ = [
+    "ATTENTION_FLOPS_PER_D",
     "KClass",
+    "attention_head_factor",
     "fit_gemm",
     "gemm_flops",
     "kernel_class",
@@ -125,6 +127,29 @@ def named_sizes(cfg: ModelConfig) -> dict[str, float]:
         "w_f2h": 2 * h * f,
         "w_vh": h * v,
     }
+
+
+# FLOPs per score (one query-key pair of one head) per unit of head size, in a fused attention
+# kernel: forward Q·Kᵀ and P·V (4 d), backward (FlashAttention's) Q·Kᵀ again, dO·Vᵀ, Pᵀ·dO, dS·K
+# and dSᵀ·Q (10 d); each pass also takes one exponential per score (the softmax, recomputed in the
+# backward)
+ATTENTION_FLOPS_PER_D = {"forward": 4.0, "backward": 10.0}
+
+
+def attention_head_factor(
+    d_base: float, d: float, *, backward: bool, peak_flops: float | None, exp_rate: float | None
+) -> float:
+    """What a fused attention kernel's FLOPs ratio is multiplied by when the head size goes
+    from `d_base` to `d`: per score its time is ``k·d / peak + 1 / exp_rate`` (the matrix
+    products on the tensor cores, the softmax's exponential on the special-function units), so
+    it grows as ``d + x`` with ``x = peak / (k · exp_rate)``, not as ``d`` (on an H100, x = 63 in
+    the forward: at head size 64 the exponentials take as long as the products). 1 where the
+    device's rates are not known."""
+    if not peak_flops or not exp_rate or d_base <= 0 or d <= 0 or d == d_base:
+        return 1.0
+    k = ATTENTION_FLOPS_PER_D["backward" if backward else "forward"]
+    x = peak_flops / (k * exp_rate)
+    return (d_base / d) * (d + x) / (d_base + x)
 
 
 def size_ratio(elems: int, base: dict[str, float], target: dict[str, float]) -> float | None:

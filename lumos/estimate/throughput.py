@@ -42,18 +42,43 @@ PEAK_FLOPS: tuple[tuple[str, float], ...] = (
     (r"V100", 125e12),
 )
 
+# Special-function throughput (exponentials per second) of one device, by a pattern of its name:
+# 16 results per clock per SM on compute capability 7.x-9.0 (CUDA C++ Programming Guide,
+# "Arithmetic Instructions": exp2f, rsqrt, ...) x SMs x boost clock (the datasheets):
+#   H100 SXM 132 SMs, 1.83 GHz: 3.9 T/s (FlashAttention-3, Shah et al. 2024: "989 TFLOPS of FP16
+#   matmul but only 3.9 TFLOPS of special functions"); H200 the same chip; H100 NVL 132 SMs,
+#   1.785 GHz: 3.8 T/s; H100 PCIe 114 SMs, 1.755 GHz: 3.2 T/s
+#   A100 108 SMs, 1.41 GHz: 2.44 T/s; V100 SXM2 80 SMs, 1.53 GHz: 1.96 T/s, PCIe 1.38 GHz: 1.77
+# Devices not listed (B200, MI300X: other special-function units) have none: their attention
+# follows its FLOPs alone.
+EXP_RATE: tuple[tuple[str, float], ...] = (
+    (r"H100.*PCIE", 3.2e12),
+    (r"H100.*NVL", 3.8e12),
+    (r"H100", 3.9e12),
+    (r"H200", 3.9e12),
+    (r"A100", 2.44e12),
+    (r"V100.*PCIE", 1.77e12),
+    (r"V100", 1.96e12),
+)
+
 # bumped when what device.json holds changes
 _DEVICE_FORMAT = 1
 
 
-def peak_flops_of(name: str | None) -> float | None:
-    """The dense bf16/fp16 peak FLOP/s of a device of this name (None: not in the table)."""
+def _first_match(table: tuple[tuple[str, float], ...], name: str | None) -> float | None:
     if not name:
         return None
-    for pattern, peak in PEAK_FLOPS:
-        if re.search(pattern, name, re.IGNORECASE):
-            return peak
-    return None
+    return next((v for pattern, v in table if re.search(pattern, name, re.IGNORECASE)), None)
+
+
+def peak_flops_of(name: str | None) -> float | None:
+    """The dense bf16/fp16 peak FLOP/s of a device of this name (None: not in the table)."""
+    return _first_match(PEAK_FLOPS, name)
+
+
+def exp_rate_of(name: str | None) -> float | None:
+    """The exponentials per second of a device of this name (None: not in the table)."""
+    return _first_match(EXP_RATE, name)
 
 
 @dataclass(frozen=True)
