@@ -661,3 +661,41 @@ def test_estimate_vs_measured_compares_traced_with_traced(gpu_runs, tmp_path):
     assert len(row) == 1
     assert abs(row["rel_error"][0]) < 0.05
     assert 0.25 < 1 - row["predicted_ns"][0] / row["measured_ns"][0] < 0.4
+
+
+def test_a_multi_rank_base_takes_its_first_ranks_step_graph(gpu_runs, gpu_wh, tmp_path):
+    """A multi-rank GPU job whose model is read: its own configuration, with speed-ups, is its
+    first rank's step graph as it ran (the profiler's cost out, GPU tasks divided: before, the
+    CPU-operator template divided the CPU launch operators of the GEMMs and kept the profiler's
+    third); any other configuration is the template's estimate scaled to the step without the
+    profiler. No multi-rank transformer trace of a GPU is in ../shared: the job is llama_base's
+    trace as both ranks of a 2-rank run (its `distributedInfo` written in), so its rank's graph
+    must give what llama_base's own does."""
+    import gzip
+
+    from lumos.api import Warehouse
+    from lumos.estimate.estimator import Estimator
+
+    with gzip.open(gpu_runs / BASE / "rank0.json.gz", "rt") as f:
+        doc = json.load(f)
+    for rank in (0, 1):
+        doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": 2}
+        (tmp_path / "dp2").mkdir(exist_ok=True)
+        with gzip.open(tmp_path / "dp2" / f"rank{rank}.json.gz", "wt") as f:
+            json.dump(doc, f)
+    wh = Warehouse.open(tmp_path / "wh", create=True)
+    assert not wh.ingest([tmp_path / "dp2"]).refused
+    est = Estimator.open(wh.root, "dp2")
+    assert est.base.dp == 2 and est.rank_only
+    single = Estimator.open(gpu_wh.root, f"gpu_h100/{BASE}")
+    for speed in ({}, {"gemm": 2.0}):
+        got, want = est.explain(est.base, speed), single.explain(single.base, speed)
+        assert got.predicted_ns == want.predicted_ns and got.traced_ns == want.traced_ns
+        assert "rank 0 of dp2 as it ran" in got.warnings[0]
+    fast = est.explain(est.base, {"gemm": 2.0}).predicted_ns
+    assert fast < 0.97 * est.explain(est.base).predicted_ns
+    # another configuration: the template's traced estimate, scaled to the step without the
+    # profiler by the base's (its graph's unprofiled step over the template's traced one)
+    (p,) = est.predict([est.target({"layers": 16})])
+    assert p.traced_ns is not None and p.predicted_ns < 0.8 * p.traced_ns
+    assert "a multi-rank base" in p.warnings[0] and "scaled by" in p.warnings[0]

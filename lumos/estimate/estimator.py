@@ -86,7 +86,7 @@ from warehouse.location import local_warehouse
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or calibration files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 51
+CACHE_FORMAT = 52
 # the cache folder of a single-GPU base's step graph
 GPU_STEP_DIR = "gpu_step"
 # the cache file saying why a job's template could not be built (until the next ingest)
@@ -267,7 +267,10 @@ class Estimator:
         self.working_set = working_set or WorkingSet.from_dict(None)
         self.gaps = gaps or IdleGaps.from_dict(None)
         self._base_state = state_of(base)
-        self.gpu: GpuStep | None = None  # a single-GPU base's step graph (`gpu_estimate`)
+        # a GPU base's step graph (`gpu_estimate`): a single-GPU base's, edited for every target;
+        # a multi-rank base's first rank's, for its own configuration only (`rank_only` says why)
+        self.gpu: GpuStep | None = None
+        self.rank_only = ""
         self.device_name: str | None = None  # its device (the collectives' link)
         self.warehouse_root: Path | None = None  # where its device's micro-benchmarks may be
         self._gpu = None  # its GpuModel, made on first use
@@ -371,6 +374,12 @@ class Estimator:
             from lumos.estimate.throughput import job_device
 
             est.gpu = GpuStep.load(folder / GPU_STEP_DIR)
+            if ModelConfig(**cached["config"]).world_size > 1:
+                est.rank_only = (
+                    f"a multi-rank base: its own configuration (with speed-ups) from the step "
+                    f"graph of rank {est.gpu.rank} as it ran; any other from the CPU-operator "
+                    "template, scaled to the step without the profiler"
+                )
             est.device_name = job_device(root, job).name
             est.warehouse_root = wh_root
         return est
@@ -766,12 +775,13 @@ class Estimator:
             key: v if key == "critical_stage" else int(round(v * k))
             for key, v in p.breakdown.items()
         }
-        note = (
+        why = self.rank_only or (
             "a change the GPU step graph does not model (no recomputation from a base whose "
-            "backward does not show its layers' recomputation): "
-            "the CPU-operator "
-            f"template's estimate, scaled by {k:.3f} (the base's step without the profiler, "
-            "from its GPU step graph, over the template's traced step)"
+            "backward does not show its layers' recomputation)"
+        )
+        note = (
+            f"{why}: the CPU-operator template's estimate, scaled by {k:.3f} (the base's step "
+            "without the profiler, from its GPU step graph, over the template's traced step)"
         )
         return dataclasses.replace(
             p,
@@ -839,6 +849,8 @@ class Estimator:
         (`gpu_edit.recomputation`)."""
         if self.gpu is None:
             return False
+        if self.rank_only:
+            return cfg == self.base
         if self.base.recompute != "none" and cfg.recompute == "none":
             if self._no_uncheckpoint is None:
                 from lumos.estimate.gpu_edit import EditError, recomputation
@@ -857,7 +869,11 @@ class Estimator:
         if self._gpu is None:
             assert self.gpu is not None
             self._gpu = GpuModel(
-                self.gpu, self.base, comm=self._gpu_comm(), device=self.device_name
+                self.gpu,
+                self.base,
+                comm=self._gpu_comm(),
+                device=self.device_name,
+                fixed=self.rank_only,
             )
         return self._gpu
 
@@ -933,14 +949,19 @@ class Estimator:
         assert self.gpu is not None
         lo, hi = self.spread
         mem = _memory(cfg)
+        what = (
+            f"step graph of rank {self.gpu.rank} of {self.gpu.job} as it ran, replayed (a "
+            "multi-rank base: its own configuration; any other takes the CPU-operator template)"
+            if self.rank_only
+            else f"GPU step graph of {self.gpu.job} edited and replayed"
+        )
         notes = [
-            f"GPU step graph of {self.gpu.job} edited and replayed: predicted without the "
-            f"profiler ({PROFILER_EVENT_NS / 1e3:.1f} us per recorded CPU event taken out)"
-            + (f"; {traced}" if traced else "")
+            f"{what}: predicted without the profiler ({PROFILER_EVENT_NS / 1e3:.1f} us per "
+            "recorded CPU event taken out)" + (f"; {traced}" if traced else "")
         ]
         if self.gpu.left_out:
             notes.append(self.gpu.left_out)
-        if cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1:
+        if (cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1) and not self.rank_only:
             model = self._gpu_model()
             notes.append(gpu_collective_note(cfg, model.comm, model.collective_notes(cfg)))
         if speedup:
@@ -1109,13 +1130,16 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
     (folder / REFUSED).unlink(missing_ok=True)
     tpl.save(template_path(wh.root, job))
     from lumos.estimate.gpu_step import GpuStepError, load_gpu_step
+    from lumos.estimate.gpu_whatif import first_rank
 
     shutil.rmtree(folder / GPU_STEP_DIR, ignore_errors=True)
-    if inf.config.world_size == 1:
-        try:
-            load_gpu_step(wh, job, sizes=sizes).save(folder / GPU_STEP_DIR)
-        except GpuStepError:
-            pass  # a CPU trace, or no step to edit: the CPU template serves alone
+    try:
+        # a multi-rank job's first rank: its own configuration (speed-ups) and the step
+        # without the profiler (`Estimator.rank_only`)
+        rank = 0 if inf.config.world_size == 1 else first_rank(wh, job)
+        load_gpu_step(wh, job, rank=rank, sizes=sizes).save(folder / GPU_STEP_DIR)
+    except GpuStepError:
+        pass  # a CPU trace, or no step to edit: the CPU template serves alone
     _write_json(
         folder / "base.json",
         {

@@ -461,12 +461,13 @@ def load_gpu_step(
 
     con = catalog_connect(str(wh.catalog))
     try:
-        job_events_view(con, job)
+        # the rank's own events: a multi-rank job's other ranks are not read
+        job_events_view(con, job, ranks=[rank])
         gpu_tasks = con.execute(lumos_sql.load("estimate/gpu_tasks"), {"rank": rank}).fetchone()
         if not cpu_trace and not gpu_tasks[0]:
             raise GpuStepError(f"{job}: rank {rank} has no GPU task (a CPU trace)")
-        jr = replay_job(con, job, modes=())
-        job_events_view(con, job)
+        jr = replay_job(con, job, modes=(), ranks=[rank])
+        job_events_view(con, job, ranks=[rank])
         cur = con.execute(lumos_sql.load("estimate/template_tasks"), {"job": job})
         cols = [c[0] for c in cur.description]
         rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]

@@ -95,9 +95,10 @@ def _script(con, name: str, lean: bool) -> None:  # noqa: ANN001
         _release_memory(con)
 
 
-def build_tables(con, job: str) -> list[DeviceConstants]:  # noqa: ANN001
-    """Create the temp tables iterations/tasks/deps/kernels/g_slack of `job` on `con`."""
-    job_events_view(con, job)
+def build_tables(con, job: str, ranks: Collection[int] | None = None) -> list[DeviceConstants]:  # noqa: ANN001
+    """Create the temp tables iterations/tasks/deps/kernels/g_slack of `job` (of its `ranks`
+    only, when given) on `con`."""
+    job_events_view(con, job, ranks)
     con.execute(lumos_sql.load("graph/events"), {"job": job})
     n_events = con.execute("SELECT count(*) FROM g_ev").fetchone()[0]
     with threads_for(con, n_events):
@@ -242,11 +243,13 @@ def replay_job(
     modes: Sequence[str] = MODES,
     drop: Collection[str] = (),
     collectives: pa.Table | None = None,
+    ranks: Collection[int] | None = None,
 ) -> JobReplay:
     """Build, replay and score one job on an open catalog connection (nothing written).
 
-    `collectives` (the job's `build_collectives` table) enables the `multirank` mode."""
-    consts = build_tables(con, job)
+    `collectives` (the job's `build_collectives` table) enables the `multirank` mode; `ranks`
+    limits it to those ranks' files."""
+    consts = build_tables(con, job, ranks)
     instances = rank_graphs(con, consts, modes=modes, drop=drop, collectives=collectives)
     # one depth per batch: off for the whole job if any device's trace contradicts the rule
     depths = [c.queue_depth for c in consts]
