@@ -444,6 +444,9 @@ def test_a_recomputing_base(gpu_wh, gpu_runs):
     # llama's checkpointed forward ran 3.9x its plain CPU time (the model takes 2x): +12 %
     assert abs(plain.predicted_ns / 1e6 / _unprofiled_ms(gpu_runs, BASE) - 1) <= 0.15
     assert plain.predicted_ns < 0.8 * own.predicted_ns
+    # selective: the attention alone run again, a little more than none (it was the full step)
+    sel = est.explain(est.target({"recompute": "selective"})).predicted_ns
+    assert plain.predicted_ns < sel < plain.predicted_ns + (own.predicted_ns - sel) / 3
 
 
 def test_recomputation_taken_out_leaves_the_plain_runs_kernels(base, gpu_wh):
@@ -476,6 +479,18 @@ def test_recomputation_taken_out_leaves_the_plain_runs_kernels(base, gpu_wh):
     # a base that does not recompute shows no recomputation to take out
     with pytest.raises(EditError, match="layer .* repeats .* of its forward"):
         recomputation(plain_step)
+    # selective from it: the run without recomputation, and each layer's attention kernels once
+    # more (it was kept fully recomputing)
+    from lumos.estimate.gpu_edit import Piece
+    from lumos.estimate.template import ROLE
+
+    sel = edit_step(step, cfg.layers, 1, cfg.layers, 1, recompute="selective", base_recompute=True)
+    again = sel.piece == int(Piece.RECOMPUTED)
+    kern = step.kind[sel.base] == int(Kind.GPU_KERNEL)
+    assert int((kern & ~again).sum()) == int((step.kind[ed.base] == int(Kind.GPU_KERNEL)).sum())
+    attn = np.isin(step.block, BLOCK_FWD) & (step.role == ROLE["attn"]) & (step.layer >= 0)
+    want = Counter(step.layer[attn & (step.kind == int(Kind.GPU_KERNEL))].tolist())
+    assert Counter(sel.layer[again & kern].tolist()) == want and want
 
 
 def _collectives(est, **kw):  # noqa: ANN001, ANN202

@@ -86,7 +86,7 @@ from warehouse.location import local_warehouse
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or calibration files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 52
+CACHE_FORMAT = 53
 # the cache folder of a single-GPU base's step graph
 GPU_STEP_DIR = "gpu_step"
 # the cache file saying why a job's template could not be built (until the next ingest)
@@ -851,7 +851,9 @@ class Estimator:
             return False
         if self.rank_only:
             return cfg == self.base
-        if self.base.recompute != "none" and cfg.recompute == "none":
+        if self.base.recompute == "selective" and cfg.recompute != "selective":
+            return False  # its attention's re-run is not taken out of the graph
+        if self.base.recompute != "none" and cfg.recompute != self.base.recompute:
             if self._no_uncheckpoint is None:
                 from lumos.estimate.gpu_edit import EditError, recomputation
 

@@ -258,9 +258,10 @@ def edit_step(
     recompute = recompute not in (False, "none")
     if layers < 1 or micro_batches < 1:
         raise EditError(f"{step.job}: layers and micro-batches must be >= 1")
-    # a base that recomputes, for a step that does not: its recomputation left out
-    drop = recomputation(step) if base_recompute and not recompute else None
-    recompute = recompute and not base_recompute
+    # a base that recomputes (fully), for a step that does not or recomputes only attention:
+    # its recomputation left out (and the attention's added back, as from a plain base)
+    drop = recomputation(step) if base_recompute and (not recompute or selective) else None
+    recompute = recompute and (not base_recompute or selective)
     # refused before anything is built: the edit's lists and the replay grow with the graph
     in_layers = int(np.count_nonzero(step.layer >= 0))
     per_layer = in_layers / max(base_layers * base_mbs, 1) * (1.5 if recompute else 1.0)

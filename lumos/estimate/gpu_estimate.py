@@ -138,7 +138,12 @@ class GpuModel:
         cpu = ~self.step.is_gpu[ed.base]
         c = self.checkpoint_cpu
         f = np.where(ed.piece == int(Piece.CHECKPOINTED), c, 1.0)
-        return np.where(cpu, np.where(ed.piece == int(Piece.UNCHECKPOINTED), 1.0 / c, f), 1.0)
+        # a checkpointed base's forward, run without checkpointing: as taken out of it, or
+        # copied from it to be recomputed (selective recomputation from a fully checkpointed base)
+        plain = [int(Piece.UNCHECKPOINTED)]
+        if self.base.recompute == "full":
+            plain.append(int(Piece.RECOMPUTED))
+        return np.where(cpu, np.where(np.isin(ed.piece, plain), 1.0 / c, f), 1.0)
 
     def structure(self, cfg: ModelConfig) -> Structure:
         schedule = cfg.pp_schedule if cfg.pp > 1 else ""
