@@ -533,7 +533,8 @@ GPU_BOUND_SHARE = 0.2
 def _gpu_bound(rows: list[dict[str, Any]]) -> str | None:
     """A note when the traced steps' GPU work is a large share of them (median over the ranks'
     steps): a single-GPU base is estimated from its step's execution graph, kernels included;
-    the CPU-operator template (other bases and changes) holds launches and waits only."""
+    the CPU-operator template (a multi-rank base's other configurations) holds launches and
+    waits only."""
     shares = [(r["busy_ns"] / r["step_ns"], r["sync_ns"] / r["step_ns"]) for r in rows]
     if not shares:
         return None
@@ -544,10 +545,11 @@ def _gpu_bound(rows: list[dict[str, Any]]) -> str | None:
     return (
         f"the GPUs are busy {100 * busy:.0f}% of the traced step (median over ranks and steps) "
         f"and the CPU waits {100 * sync:.0f}% of it in synchronising calls: a single-GPU base "
-        "is estimated from its step's execution graph, its kernels re-timed for the new shapes "
-        "(docs/estimate-gpu.md); otherwise (several ranks, pipeline stages, ZeRO, speed-ups) "
-        "estimates re-time the CPU operators, whose durations here are kernel launches and "
-        "waits for the GPU, and shape changes do not follow the GPU's work"
+        "is estimated from its step's execution graph, its kernels re-timed for every change "
+        "(docs/estimate-gpu.md); a multi-rank base from its first rank's step graph for its own "
+        "configuration and speed-ups, and otherwise from the CPU operators, whose durations "
+        "here are kernel launches and waits for the GPU: its shape changes do not follow the "
+        "GPU's work"
     )
 
 
