@@ -125,6 +125,40 @@ def test_an_event_wait_follows_its_record_into_each_copy(base):
     assert len(set(new_arg[waits].tolist())) == len(waits)
 
 
+def test_an_event_wait_names_its_record_in_the_steps_own_ids(shared_traces, tmp_path):
+    """HTA's `cuda_event_sync` trace: a `cudaEventSynchronize` names its `cudaEventRecord` by
+    task id. When the step's tasks are renumbered (a later step than the trace's first, or a
+    thread left out), the wait must name the same record by its new id; a record left outside
+    the step was made before it began, so its wait waits for nothing (it named another task,
+    or none: the replay refuses an event wait that names no record)."""
+    from kernels.graph import Rt
+    from lumos.api import Warehouse
+    from lumos.estimate.gpu_step import _subset
+    from lumos.estimate.gpu_whatif import whatif_model
+
+    wh = Warehouse.open(tmp_path / "wh", create=True)
+    wh.ingest([shared_traces / "hta/critical_path/cuda_event_sync"])
+    step = whatif_model(wh.root, "cuda_event_sync", "one step of CUDA calls").step
+    mode = np.asarray(step.tasks.column("rt_mode").to_numpy(), np.int64)
+    arg = np.asarray(step.tasks.column("rt_arg").fill_null(-1).to_numpy(), np.int64)
+    (wait,) = np.flatnonzero(mode == int(Rt.EVENT))
+    record = int(arg[wait])
+    assert mode[record] == int(Rt.RECORD)
+    names = step.tasks.column("name").to_pylist()
+    idx = np.arange(step.n)
+    for gone in (0, record):  # a task before the record, then the record itself
+        keep = np.ones(step.n, bool)
+        keep[gone] = False
+        t, _, kept = _subset(step.tasks, step.deps, idx, keep)
+        m = np.asarray(t.column("rt_mode").to_numpy(), np.int64)
+        a = np.asarray(t.column("rt_arg").fill_null(-1).to_numpy(), np.int64)
+        at = int(np.flatnonzero(kept == wait)[0])
+        if gone == record:
+            assert m[at] == int(Rt.NONE) and a[at] == -1
+        else:
+            assert t.column("name")[a[at]].as_py() == names[record] and kept[a[at]] == record
+
+
 def test_micro_batches_repeat_forward_and_backward_once_each(base):
     from lumos.estimate.gpu_edit import edit_step
     from lumos.estimate.template import BLOCK

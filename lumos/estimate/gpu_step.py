@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 import lumos_sql
-from kernels.graph import Kind
+from kernels.graph import Kind, Rt
 from lumos.estimate.kernel_work import KClass, gemm_flops, kernel_class, largest_elems
 from lumos.estimate.template import BLOCK, ShapeRoles, TemplateError, label_step
 from lumos.replay.constants import DeviceConstants
@@ -173,7 +173,7 @@ def _step_slice(
     t = _set(t, "task", np.arange(idx.size, dtype=np.int64))
     t = _set(t, "launch_src", launch)
     t = _set(t, "ts_ns", ts - (ts.min() if ts.size else 0))
-    return t, d, idx
+    return _event_waits(t, remap), d, idx
 
 
 def side_threads(t: pa.Table, d: pa.Table) -> np.ndarray:
@@ -212,7 +212,7 @@ def _subset(
     t = _set(t, "task", np.arange(t.num_rows, dtype=np.int64))
     t = _set(t, "launch_src", np.where(launch >= 0, remap[np.maximum(launch, 0)], -1))
     t = _set(t, "ts_ns", ts - (ts.min() if ts.size else 0))
-    return t, d, idx[keep]
+    return _event_waits(t, remap), d, idx[keep]
 
 
 def _left_out(t: pa.Table, side: np.ndarray) -> str:
@@ -228,6 +228,19 @@ def _left_out(t: pa.Table, side: np.ndarray) -> str:
         f"of the step ({int(side.sum())} tasks: {top}): replayed with their idle gaps they "
         "would hold the step at its traced length"
     )
+
+
+def _event_waits(t: pa.Table, remap: np.ndarray) -> pa.Table:
+    """`t` with each event wait naming its record task by the new ids `remap` gives (old id ->
+    new, -1 where the record is not kept): a record before the step (not kept) was made before
+    the wait's step began, so that wait waits for nothing."""
+    mode = _int(t, "rt_mode", 0)
+    arg = _int(t, "rt_arg", -1)
+    event = mode == int(Rt.EVENT)
+    new = np.where(event & (arg >= 0) & (arg < remap.size), remap[np.clip(arg, 0, None)], -1)
+    gone = event & (new < 0)
+    t = _set(t, "rt_mode", np.where(gone, int(Rt.NONE), mode))
+    return _set(t, "rt_arg", np.where(event, new, arg))
 
 
 def _set(t: pa.Table, name: str, values: np.ndarray) -> pa.Table:
