@@ -748,3 +748,8 @@ def test_a_multi_rank_base_takes_its_first_ranks_step_graph(gpu_runs, gpu_wh, tm
     (p,) = est.predict([est.target({"layers": 16})])
     assert p.traced_ns is not None and p.predicted_ns < 0.8 * p.traced_ns
     assert "a multi-rank base" in p.warnings[0] and "scaled by" in p.warnings[0]
+    # describe says what the profiler added to the base's step, from that rank's graph
+    from cli_run import lumos
+
+    said = lumos("describe", "--job", "dp2", "--warehouse", str(wh.root))
+    assert said.returncode == 0 and "rank 0's step graph replayed" in said.stdout, said.stderr

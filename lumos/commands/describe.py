@@ -57,7 +57,7 @@ def _run_local(args: argparse.Namespace) -> int:
         memory = estimate_memory(inference.config)
     except ConfigError as exc:
         inference.warnings.append(f"memory not estimated: {exc}")
-    profiler = _profiler_cost(args, given) if inference.config.world_size == 1 else None
+    profiler = _profiler_cost(args, given)
     if args.json:
         out = inference.to_dict()
         out["memory"] = memory.to_dict() if memory else None
@@ -86,7 +86,7 @@ def _run_local(args: argparse.Namespace) -> int:
     if profiler:
         print(
             f"profiler: the traced step {profiler['traced_ns'] / 1e6:.1f} ms, "
-            f"{profiler['unprofiled_ns'] / 1e6:.1f} ms without it (its step graph replayed "
+            f"{profiler['unprofiled_ns'] / 1e6:.1f} ms without it ({profiler['graph']} replayed "
             f"less {profiler['event_ns'] / 1e3:.1f} us per recorded CPU event): the profiler's "
             f"share {100 * profiler['share']:.0f}%"
         )
@@ -96,9 +96,10 @@ def _run_local(args: argparse.Namespace) -> int:
 
 
 def _profiler_cost(args: argparse.Namespace, given: dict) -> dict | None:
-    """What the profiler added to a single-GPU base's step: its step graph replayed with and
-    without the profiler's per-event cost (`lumos.estimate.gpu_estimate`); None for a base
-    without GPU work or whose graph cannot be cut into layers."""
+    """What the profiler added to a GPU base's step (a multi-rank base's first rank's): its
+    step graph replayed with and without the profiler's per-event cost
+    (`lumos.estimate.gpu_estimate`); None for a base without GPU work or whose graph cannot be
+    cut into layers."""
     from lumos.estimate.config import ConfigError
     from lumos.estimate.estimator import Estimator
     from lumos.estimate.profiler_cost import PROFILER_EVENT_NS
@@ -120,4 +121,5 @@ def _profiler_cost(args: argparse.Namespace, given: dict) -> dict | None:
         "unprofiled_ns": int(p.predicted_ns),
         "share": 1.0 - p.predicted_ns / traced if traced else 0.0,
         "event_ns": PROFILER_EVENT_NS,
+        "graph": f"rank {est.gpu.rank}'s step graph" if est.rank_only else "its step graph",
     }
