@@ -374,5 +374,12 @@ def test_lumos_estimate_asks_only_speed_ups_of_a_job_it_cannot_read(wh) -> None:
     assert "only speed-ups can be asked" in ok.stdout
     no = lumos("estimate", "--job", "dlrm_r0", "--warehouse", str(w), "--set", "layers=2")
     assert no.returncode == 2 and "speed-up what-ifs" in no.stderr, no.stderr
-    # the refusal is kept until the next ingest: not learned again per estimate
+    # the refusal is kept until the next ingest: not learned again per estimate; and beside it
+    # the step graph the what-ifs replay, not rebuilt from the events per estimate
     assert "learning" not in no.stderr, no.stderr
+    from lumos.estimate.estimator import cached_whatif
+
+    kept = cached_whatif(w, "dlrm_r0")
+    assert kept is not None and kept[0].rank == 0 and kept[1].world_size == 8
+    again = lumos("estimate", "--job", "dlrm_r0", "--warehouse", str(w), "--set", "speedup.all=2")
+    assert again.returncode == 0 and again.stdout.splitlines()[0] == first, again.stderr

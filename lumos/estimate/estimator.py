@@ -1111,6 +1111,35 @@ def _refused(folder: Path, stamp: str) -> str:
     return str(r.get("error", "")) if ok else ""
 
 
+def _save_whatif_step(wh: Any, job: str, folder: Path) -> None:
+    """`job`'s first rank's step graph, unlabelled, in `folder` (none where it has no GPU
+    step): what `cached_whatif` hands speed-up what-ifs of a job whose model is not read."""
+    from lumos.estimate.gpu_step import GpuStepError, load_gpu_step
+    from lumos.estimate.gpu_whatif import first_rank
+
+    shutil.rmtree(folder / GPU_STEP_DIR, ignore_errors=True)
+    try:
+        step = load_gpu_step(wh, job, rank=first_rank(wh, job), structured=False)
+    except (GpuStepError, LookupError):
+        return
+    step.save(folder / GPU_STEP_DIR)
+
+
+def cached_whatif(root: str | Path, job: str) -> tuple[GpuStep, ModelConfig] | None:
+    """The step graph and configuration `_save_whatif_step` kept for `job`, refused as of the
+    warehouse's manifest (None: not refused, refused before the last ingest, or no GPU step)."""
+    from lumos.estimate.gpu_step import GpuStep
+
+    wh_root = local_warehouse(root)
+    folder = template_dir(wh_root, job)
+    if not _refused(folder, manifest_stamp(wh_root)) or not (folder / GPU_STEP_DIR).is_dir():
+        return None
+    config = json.loads((folder / REFUSED).read_text()).get("config")
+    if config is None:
+        return None
+    return GpuStep.load(folder / GPU_STEP_DIR), ModelConfig(**config)
+
+
 def _build_cache(root: Path, job: str, stamp: str) -> None:
     """Extract the template, infer the base and learn from the calibration jobs for `job` (~2 s)."""
     from lumos.estimate.infer import infer_base
@@ -1123,11 +1152,12 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
     try:
         tpl = extract_template(wh, job, cache=False, sizes=sizes)
     except TemplateError as exc:
-        # kept until the next ingest: a job whose model is not read is not re-read per estimate
+        # kept until the next ingest: a job whose model is not read is not re-read per estimate;
+        # its first rank's step graph as it ran answers speed-up what-ifs (`gpu_whatif`)
         folder.mkdir(parents=True, exist_ok=True)
-        _write_json(
-            folder / REFUSED, {"manifest": stamp, "format": CACHE_FORMAT, "error": str(exc)}
-        )
+        _save_whatif_step(wh, job, folder)
+        refusal = {"manifest": stamp, "format": CACHE_FORMAT, "error": str(exc)}
+        _write_json(folder / REFUSED, {**refusal, "config": inf.config.to_dict()})
         raise
     (folder / REFUSED).unlink(missing_ok=True)
     tpl.save(template_path(wh.root, job))

@@ -181,8 +181,8 @@ def side_threads(t: pa.Table, d: pa.Table) -> np.ndarray:
     part in the step: none of its tasks launches GPU work or precedes a task of another thread
     (an NCCL watchdog or a DataLoader's pin-memory thread polling `cudaEventQuery`). Such a
     thread gates nothing, but replayed with its measured idle gaps it would span the step and
-    hold the makespan at the traced one whatever the edit. None when no CPU thread takes part
-    (nothing to tell them apart by)."""
+    hold the makespan at the traced one whatever the edit. No task is marked when no CPU
+    thread takes part (nothing to tell them apart by)."""
     gpu = np.asarray(t.column("is_gpu").to_numpy(zero_copy_only=False), bool)
     proc = _int(t, "proc", -1)
     src, dst = _int(d, "src", -1), _int(d, "dst", -1)

@@ -51,11 +51,15 @@ class WhatIf:
 def whatif_model(root: str | Path, job: str, why: str) -> GpuModel:
     """The step graph of `job`'s first rank as it ran, for speed-ups only (`why`: the reason
     its configuration cannot change)."""
+    from lumos.estimate.estimator import cached_whatif
     from lumos.estimate.gpu_estimate import GpuModel
     from lumos.estimate.gpu_step import load_gpu_step
     from lumos.estimate.infer import infer_base
     from warehouse.handle import WarehouseHandle
 
+    cached = cached_whatif(root, job)  # kept when its template was refused, until an ingest
+    if cached is not None:
+        return GpuModel(cached[0], cached[1], fixed=why)
     wh = WarehouseHandle.open(Path(root))
     step = load_gpu_step(wh, job, rank=first_rank(wh, job), structured=False)
     return GpuModel(step, infer_base(wh, job).config, fixed=why)
