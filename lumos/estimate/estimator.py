@@ -1114,8 +1114,7 @@ def _refused(folder: Path, stamp: str) -> str:
 def _save_whatif_step(wh: Any, job: str, folder: Path) -> None:
     """`job`'s first rank's step graph, unlabelled, in `folder` (none where it has no GPU
     step): what `cached_whatif` hands speed-up what-ifs of a job whose model is not read."""
-    from lumos.estimate.gpu_step import GpuStepError, load_gpu_step
-    from lumos.estimate.gpu_whatif import first_rank
+    from lumos.estimate.gpu_step import GpuStepError, first_rank, load_gpu_step
 
     shutil.rmtree(folder / GPU_STEP_DIR, ignore_errors=True)
     try:
@@ -1161,8 +1160,7 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
         raise
     (folder / REFUSED).unlink(missing_ok=True)
     tpl.save(template_path(wh.root, job))
-    from lumos.estimate.gpu_step import GpuStepError, load_gpu_step
-    from lumos.estimate.gpu_whatif import first_rank
+    from lumos.estimate.gpu_step import GpuStepError, first_rank, load_gpu_step
 
     shutil.rmtree(folder / GPU_STEP_DIR, ignore_errors=True)
     try:

@@ -31,7 +31,7 @@ from lumos.replay.constants import DeviceConstants
 from lumos_sql.taxonomy import is_attention_pass
 from warehouse.catalog import connect as catalog_connect
 
-__all__ = ["GpuStep", "GpuStepError", "load_gpu_step", "step_from_tables"]
+__all__ = ["GpuStep", "GpuStepError", "first_rank", "load_gpu_step", "step_from_tables"]
 
 
 class GpuStepError(ValueError):
@@ -452,6 +452,20 @@ def _task_steps(tasks: pa.Table, its: list[dict[str, Any]]) -> np.ndarray:
     launch = _int(tasks, "launch_src", -1)
     out[gpu] = np.where(launch[gpu] >= 0, out[np.maximum(launch[gpu], 0)], np.iinfo(np.int64).min)
     return out
+
+
+def first_rank(wh: Any, job: str) -> int:
+    """The lowest rank of `job` in the warehouse `wh` (a `WarehouseHandle`)."""
+    import duckdb
+
+    con = duckdb.connect(str(wh.catalog), read_only=True)
+    try:
+        row = con.execute(lumos_sql.load("estimate/first_rank"), [job]).fetchone()
+    finally:
+        con.close()
+    if row is None or row[0] is None:
+        raise LookupError(f"job {job!r} is not in the warehouse")
+    return int(row[0])
 
 
 def load_gpu_step(

@@ -14,14 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import lumos_sql
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lumos.estimate.gpu_estimate import GpuModel
 
-__all__ = ["WhatIf", "first_rank", "whatif", "whatif_model"]
+__all__ = ["WhatIf", "whatif", "whatif_model"]
 
 
 @dataclass
@@ -53,7 +51,7 @@ def whatif_model(root: str | Path, job: str, why: str) -> GpuModel:
     its configuration cannot change)."""
     from lumos.estimate.estimator import cached_whatif
     from lumos.estimate.gpu_estimate import GpuModel
-    from lumos.estimate.gpu_step import load_gpu_step
+    from lumos.estimate.gpu_step import first_rank, load_gpu_step
     from lumos.estimate.infer import infer_base
     from warehouse.handle import WarehouseHandle
 
@@ -63,20 +61,6 @@ def whatif_model(root: str | Path, job: str, why: str) -> GpuModel:
     wh = WarehouseHandle.open(Path(root))
     step = load_gpu_step(wh, job, rank=first_rank(wh, job), structured=False)
     return GpuModel(step, infer_base(wh, job).config, fixed=why)
-
-
-def first_rank(wh: Any, job: str) -> int:
-    """The lowest rank of `job` in the warehouse `wh` (a `WarehouseHandle`)."""
-    import duckdb
-
-    con = duckdb.connect(str(wh.catalog), read_only=True)
-    try:
-        row = con.execute(lumos_sql.load("estimate/first_rank"), [job]).fetchone()
-    finally:
-        con.close()
-    if row is None or row[0] is None:
-        raise LookupError(f"job {job!r} is not in the warehouse")
-    return int(row[0])
 
 
 def whatif(root: str | Path, job: str, speedup: Mapping[str, float], why: str) -> WhatIf:
