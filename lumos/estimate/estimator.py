@@ -1170,6 +1170,11 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
         load_gpu_step(wh, job, rank=rank, sizes=sizes).save(folder / GPU_STEP_DIR)
     except GpuStepError:
         pass  # a CPU trace, or no step to edit: the CPU template serves alone
+    except ValueError:
+        # a multi-rank base's first-rank graph only adds to its template, which serves without
+        # it; a single-GPU base's is its estimates' model: its failure is said, not hidden
+        if inf.config.world_size == 1:
+            raise
     _write_json(
         folder / "base.json",
         {
