@@ -1101,46 +1101,44 @@ def _attention_shape(cfg: ModelConfig) -> tuple[int, int, int]:
     return (cfg.micro_batch * max(heads // cfg.tp, 1), cfg.seq, max(cfg.head_size, 1))
 
 
-def _refused(folder: Path, stamp: str) -> str:
-    """Why `job`'s template could not be built, as of this manifest ("": not refused)."""
+def _refusal(folder: Path, stamp: str) -> dict[str, Any]:
+    """The refusal of `job`'s template as of this manifest ({}: not refused)."""
     try:
         r = json.loads((folder / REFUSED).read_text())
     except (OSError, ValueError):
-        return ""
-    ok = r.get("manifest") == stamp and r.get("format") == CACHE_FORMAT
-    return str(r.get("error", "")) if ok else ""
+        return {}
+    return r if r.get("manifest") == stamp and r.get("format") == CACHE_FORMAT else {}
 
 
-def _save_whatif_step(wh: Any, job: str, folder: Path) -> None:
-    """`job`'s first rank's step graph, unlabelled, in `folder` (none where it has no GPU
-    step): what `cached_whatif` hands speed-up what-ifs of a job whose model is not read."""
-    from lumos.estimate.gpu_step import GpuStepError, first_rank, load_gpu_step
+def _refused(folder: Path, stamp: str) -> str:
+    """Why `job`'s template could not be built, as of this manifest ("": not refused)."""
+    return str(_refusal(folder, stamp).get("error", ""))
 
-    shutil.rmtree(folder / GPU_STEP_DIR, ignore_errors=True)
-    try:
-        step = load_gpu_step(wh, job, rank=first_rank(wh, job), structured=False)
-    except (GpuStepError, LookupError):
-        return
-    step.save(folder / GPU_STEP_DIR)
+
+def _save_gpu_step(wh: Any, job: str, folder: Path, rank: int, **kw: Any) -> None:
+    """`job`'s step graph of `rank` (`load_gpu_step`'s keywords) in `folder`."""
+    from lumos.estimate.gpu_step import load_gpu_step
+
+    load_gpu_step(wh, job, rank=rank, **kw).save(folder / GPU_STEP_DIR)
 
 
 def cached_whatif(root: str | Path, job: str) -> tuple[GpuStep, ModelConfig] | None:
-    """The step graph and configuration `_save_whatif_step` kept for `job`, refused as of the
-    warehouse's manifest (None: not refused, refused before the last ingest, or no GPU step)."""
+    """The step graph and configuration kept beside `job`'s refusal (its first rank's, for
+    speed-up what-ifs), refused as of the warehouse's manifest (None: not refused, refused
+    before the last ingest, or no GPU step)."""
     from lumos.estimate.gpu_step import GpuStep
 
     wh_root = local_warehouse(root)
     folder = template_dir(wh_root, job)
-    if not _refused(folder, manifest_stamp(wh_root)) or not (folder / GPU_STEP_DIR).is_dir():
-        return None
-    config = json.loads((folder / REFUSED).read_text()).get("config")
-    if config is None:
+    config = _refusal(folder, manifest_stamp(wh_root)).get("config")
+    if config is None or not (folder / GPU_STEP_DIR).is_dir():
         return None
     return GpuStep.load(folder / GPU_STEP_DIR), ModelConfig(**config)
 
 
 def _build_cache(root: Path, job: str, stamp: str) -> None:
     """Extract the template, infer the base and learn from the calibration jobs for `job` (~2 s)."""
+    from lumos.estimate.gpu_step import GpuStepError, first_rank
     from lumos.estimate.infer import infer_base
     from warehouse.handle import WarehouseHandle
 
@@ -1148,26 +1146,27 @@ def _build_cache(root: Path, job: str, stamp: str) -> None:
     inf = infer_base(wh, job)
     sizes = shape_roles(inf.config)
     folder = template_dir(wh.root, job)
+    shutil.rmtree(folder / GPU_STEP_DIR, ignore_errors=True)  # the last build's, if any
     try:
         tpl = extract_template(wh, job, cache=False, sizes=sizes)
     except TemplateError as exc:
         # kept until the next ingest: a job whose model is not read is not re-read per estimate;
         # its first rank's step graph as it ran answers speed-up what-ifs (`gpu_whatif`)
         folder.mkdir(parents=True, exist_ok=True)
-        _save_whatif_step(wh, job, folder)
+        try:
+            _save_gpu_step(wh, job, folder, first_rank(wh, job), structured=False)
+        except (GpuStepError, LookupError):
+            pass  # no GPU step: nothing to answer what-ifs from
         refusal = {"manifest": stamp, "format": CACHE_FORMAT, "error": str(exc)}
         _write_json(folder / REFUSED, {**refusal, "config": inf.config.to_dict()})
         raise
     (folder / REFUSED).unlink(missing_ok=True)
     tpl.save(template_path(wh.root, job))
-    from lumos.estimate.gpu_step import GpuStepError, first_rank, load_gpu_step
-
-    shutil.rmtree(folder / GPU_STEP_DIR, ignore_errors=True)
     try:
         # a multi-rank job's first rank: its own configuration (speed-ups) and the step
         # without the profiler (`Estimator.rank_only`)
         rank = 0 if inf.config.world_size == 1 else first_rank(wh, job)
-        load_gpu_step(wh, job, rank=rank, sizes=sizes).save(folder / GPU_STEP_DIR)
+        _save_gpu_step(wh, job, folder, rank, sizes=sizes)
     except GpuStepError:
         pass  # a CPU trace, or no step to edit: the CPU template serves alone
     except ValueError:

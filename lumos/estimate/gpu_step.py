@@ -157,23 +157,7 @@ def _step_slice(
 ) -> tuple[pa.Table, pa.Table, np.ndarray]:
     """The tasks of one step (renumbered 0..k-1, times from the step's first task), the edges
     between them and the original ids."""
-    idx = np.flatnonzero(step_of == step)
-    remap = np.full(tasks.num_rows, -1, np.int64)
-    remap[idx] = np.arange(idx.size)
-    t = tasks.take(pa.array(idx))
-    src, dst = _int(deps, "src", -1), _int(deps, "dst", -1)
-    ok = (src >= 0) & (dst >= 0)
-    ok[ok] = (remap[src[ok]] >= 0) & (remap[dst[ok]] >= 0)
-    d = deps.filter(pa.array(ok))
-    d = d.set_column(d.schema.get_field_index("src"), "src", pa.array(remap[src[ok]]))
-    d = d.set_column(d.schema.get_field_index("dst"), "dst", pa.array(remap[dst[ok]]))
-    launch = _int(t, "launch_src", -1)
-    launch = np.where(launch >= 0, remap[np.maximum(launch, 0)], -1)
-    ts = _int(t, "ts_ns", 0)
-    t = _set(t, "task", np.arange(idx.size, dtype=np.int64))
-    t = _set(t, "launch_src", launch)
-    t = _set(t, "ts_ns", ts - (ts.min() if ts.size else 0))
-    return _event_waits(t, remap), d, idx
+    return _subset(tasks, deps, np.arange(tasks.num_rows), step_of == step)
 
 
 def side_threads(t: pa.Table, d: pa.Table) -> np.ndarray:
@@ -198,7 +182,8 @@ def side_threads(t: pa.Table, d: pa.Table) -> np.ndarray:
 def _subset(
     t: pa.Table, d: pa.Table, idx: np.ndarray, keep: np.ndarray
 ) -> tuple[pa.Table, pa.Table, np.ndarray]:
-    """A step slice (`_step_slice`'s triple) with only the tasks `keep`, renumbered."""
+    """Tasks `t` (original ids `idx`) and their edges `d` with only the tasks `keep`,
+    renumbered 0..k-1 (launches and event waits too), times from the first kept task."""
     remap = np.where(keep, np.cumsum(keep) - 1, -1)
     t = t.filter(pa.array(keep))
     src, dst = _int(d, "src", -1), _int(d, "dst", -1)
