@@ -91,6 +91,13 @@ def test_layers_edit_copies_whole_layers_in_order(base, layers):
     gpu = np.asarray(ed.tasks.column("is_gpu").to_numpy(zero_copy_only=False), bool)
     assert set(proc[gpu].tolist()) == set(np.asarray(step.tasks.column("proc"))[step.is_gpu])
     assert (launch[gpu] >= 0).all() and (launch[gpu] < np.flatnonzero(gpu)).all()
+    # the model's ends (embedding, head, loss, optimizer) stay once: the embedding's backward
+    # runs before layer 0's last AccumulateGrad, and was copied with layer 0 (twice at 16)
+    from lumos.estimate.template import BLOCK
+
+    ends = ~np.isin(step.block, (BLOCK["f_layer"], BLOCK["b_layer"]))
+    outside = np.flatnonzero(ends & (step.block >= 0) & (step.layer < 0))
+    assert Counter(ed.base[np.isin(ed.base, outside)].tolist()) == Counter(outside.tolist())
 
 
 def test_an_event_wait_follows_its_record_into_each_copy(base):

@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 _OPT = (BLOCK["opt"], BLOCK["tail"])
+_LAYER_BLOCKS = (BLOCK["f_layer"], BLOCK["b_layer"])
 
 
 class EditError(ValueError):
@@ -207,7 +208,7 @@ def recomputation(step: GpuStep) -> np.ndarray:
             continue
         runs = {}
         for k in "fb":
-            _, r, ids, _ = _layer_runs(sec.get((k, m), []), step.layer)
+            _, r, ids, _ = _layer_runs(sec.get((k, m), []), step)
             runs[k] = dict(zip(ids, r, strict=True))
         try:
             out |= recomputed_tasks(step, runs["f"], runs["b"], f"micro-batch {m}")
@@ -217,15 +218,24 @@ def recomputation(step: GpuStep) -> np.ndarray:
 
 
 def _layer_runs(
-    tasks: list[int], layer: np.ndarray
+    tasks: list[int], step: GpuStep
 ) -> tuple[list[int], list[list[int]], list[int], list[int]]:
     """A section's prefix, its runs of one layer each (in section order), their base layers and
-    its suffix."""
-    lay = [int(layer[t]) for t in tasks]
+    its suffix. The runs end at the first task of the model's ends (embedding, head, loss:
+    outside every layer, its block not a layer's) after a layer's: the embedding's backward
+    runs before the first layer's last AccumulateGrad, and a run is copied once per target
+    layer it stands for, the model's ends once."""
+    lay = [int(step.layer[t]) for t in tasks]
     first = next((i for i, x in enumerate(lay) if x >= 0), None)
     if first is None:
         return tasks, [], [], []
-    last = max(i for i, x in enumerate(lay) if x >= 0)
+    ends = (
+        i
+        for i in range(first, len(tasks))
+        if lay[i] < 0 and int(step.block[tasks[i]]) not in _LAYER_BLOCKS
+    )
+    cut = next(ends, len(tasks))
+    last = max(i for i in range(first, cut) if lay[i] >= 0)
     runs: list[list[int]] = []
     ids: list[int] = []
     for i in range(first, last + 1):
@@ -307,7 +317,7 @@ def edit_step(
         piece: Piece = Piece.PLAIN,
     ) -> list[int]:
         first = n_copy
-        pre, runs, ids, post = _layer_runs(tasks, step.layer)
+        pre, runs, ids, post = _layer_runs(tasks, step)
         # the parts before and after the layers: the embedding's side (the forward's prefix,
         # the backward's suffix) is the first stage's, the head and loss the last stage's
         if st.last if backward else st.first:
@@ -339,7 +349,7 @@ def edit_step(
             continue
         again = None
         if recompute:
-            _, runs, ids, _ = _layer_runs(fwd, step.layer)
+            _, runs, ids, _ = _layer_runs(fwd, step)
             if selective:
                 runs = [[t for t in r if step.role[t] == ROLE["attn"]] for r in runs]
             again = dict(zip(ids, runs, strict=True))
