@@ -32,6 +32,7 @@ __all__ = [
     "is_comm",
     "is_comm_kernel",
     "is_gemm",
+    "is_grad_accumulation",
     "is_loss",
     "is_megatron",
     "is_megatron_sp",
@@ -157,6 +158,10 @@ ATTENTION_PASS_RULES = tuple(
     for w in ("dot_do_o", "convert_dq", "convert_dkv", "bwd_preprocess", "bwd_postprocess")
 )
 
+# A parameter's gradient landing in its `.grad` (autograd's `AccumulateGrad` node, with its
+# `evaluate_function` wrapper): one per parameter tensor in every backward.
+GRAD_ACCUMULATION_RULES = (Rule("word", "AccumulateGrad"),)
+
 # A copy between two GPUs (`Memcpy PtoP (Device -> Device)`): communication when it is a copy task.
 PEER_COPY_RULES = (Rule("word", "ptop"), Rule("word", "peer"))
 
@@ -248,6 +253,11 @@ def is_attention_pass(name: str | None) -> bool:
     return bool(name) and any(_match(r, name, _folded(name)) for r in ATTENTION_PASS_RULES)
 
 
+def is_grad_accumulation(name: str | None) -> bool:
+    """Autograd's accumulation of one parameter's gradient (`GRAD_ACCUMULATION_RULES`)."""
+    return bool(name) and any(_match(r, name, _folded(name)) for r in GRAD_ACCUMULATION_RULES)
+
+
 def is_sm_copy(name: str | None) -> bool:
     """A GPU copy that runs on the SMs (within one device), by its name (`SM_COPY_RULES`)."""
     return bool(name) and any(_match(r, name, _folded(name)) for r in SM_COPY_RULES)
@@ -303,6 +313,7 @@ def macros_sql(temp: bool = True) -> str:
         f"is_peer_copy(n) AS coalesce({_sql_any(PEER_COPY_RULES)}, false)",
         f"is_attention_pass(n) AS coalesce({_sql_any(ATTENTION_PASS_RULES)}, false)",
         f"is_sm_copy(n) AS coalesce({_sql_any(SM_COPY_RULES)}, false)",
+        f"is_grad_accumulation(n) AS coalesce({_sql_any(GRAD_ACCUMULATION_RULES)}, false)",
         f"is_megatron(n) AS coalesce({_sql_any(MEGATRON_RULES)}, false)",
         f"is_megatron_sp(n) AS coalesce({_sql_any(MEGATRON_SP_RULES)}, false)",
     ]

@@ -42,7 +42,7 @@ def test_sql_and_python_agree_on_every_name(names_wh: Warehouse) -> None:
         "is_comm_kernel(name) AS kernel, is_peer_copy(name) AS peer, is_attention(name) AS att, "
         "is_sm_copy(name) AS sm_copy, "
         "is_megatron(name) AS megatron, is_megatron_sp(name) AS megatron_sp, "
-        "is_attention_pass(name) AS att_pass "
+        "is_attention_pass(name) AS att_pass, is_grad_accumulation(name) AS acc "
         "FROM (SELECT DISTINCT name FROM events WHERE name IS NOT NULL)"
     ).to_pylist()
     assert len(rows) > 500
@@ -62,6 +62,7 @@ def test_sql_and_python_agree_on_every_name(names_wh: Warehouse) -> None:
                 "megatron_sp",
                 "sm_copy",
                 "att_pass",
+                "acc",
             )
         )
         want = (
@@ -75,9 +76,14 @@ def test_sql_and_python_agree_on_every_name(names_wh: Warehouse) -> None:
             taxonomy.is_megatron_sp(n),
             taxonomy.is_sm_copy(n),
             taxonomy.is_attention_pass(n),
+            taxonomy.is_grad_accumulation(n),
         )
         assert got == want, n
     assert {r["name"] for r in rows if r["sm_copy"]} >= {"Memcpy DtoD (Device -> Device)"}
+    assert {r["name"] for r in rows if r["acc"]} >= {
+        "torch::autograd::AccumulateGrad",
+        "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
+    }
     megatron = {r["name"] for r in rows if r["megatron"]}
     assert "_ReduceFromModelParallelRegion" in megatron
     assert "LinearWithGradAccumulationAndAsyncCommunicationBackward" in megatron

@@ -81,6 +81,7 @@ from lumos.estimate.transforms import (
     n_classes,
 )
 from lumos.estimate.working_set import WorkingSet
+from lumos_sql.taxonomy import is_grad_accumulation
 from warehouse.location import local_warehouse
 
 SPEEDUP_PREFIX = "speedup."
@@ -1017,7 +1018,7 @@ def _tp_collectives(tpl: Template, base: ModelConfig) -> tuple[float | None, np.
         return None, outside
     # DDP's bucket all-reduces (a dp x tp base) run from the gradient-accumulation hooks: they
     # are the DP transform's
-    own = np.where(["AccumulateGrad" in n for n in tpl.names], 0, tpl.comm_ns)
+    own = np.where([is_grad_accumulation(n) for n in tpl.names], 0, tpl.comm_ns)
     in_layer = np.isin(tpl.block, [BLOCK["f_layer"], BLOCK["b_layer"]])
     outside[~in_layer] = own[~in_layer]
     total = float(own[in_layer].sum())

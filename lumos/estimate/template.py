@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from lumos.estimate.score_gemm import score_shape
-from lumos_sql.taxonomy import is_attention, is_comm, is_loss, is_norm
+from lumos_sql.taxonomy import is_attention, is_comm, is_grad_accumulation, is_loss, is_norm
 
 # roles: the shape feature an operator's duration follows (see retime.FEATURES)
 ROLES = (
@@ -208,7 +208,7 @@ def _fwd_role(
 
 
 def _bwd_role(name: str, fwd_role: str | None) -> str:
-    if "AccumulateGrad" in name:
+    if is_grad_accumulation(name):
         return "param_l"
     return fwd_role or "const"
 
@@ -275,7 +275,7 @@ def _cut_step(
             f_role, f_layer = (
                 fwd_role_of.get(int(fwd), (None, -1)) if fwd is not None else (None, -1)
             )
-            if f_layer < 0 and "AccumulateGrad" in name:
+            if f_layer < 0 and is_grad_accumulation(name):
                 f_layer = _last_layer(out, mb)  # a weight's gradient lands right after its op
             layer = f_layer
             role = _bwd_role(name, f_role)
