@@ -445,6 +445,33 @@ def test_recompute_costs_the_checkpointed_forward_more_cpu(base):
     assert model.predict([target])[0][0] > plain.predict([target])[0][0]
 
 
+def test_the_optimizers_cpu_follows_the_parameter_tensors(base, gpu_wh, gpu_runs):
+    """llama_L16's foreach AdamW runs over twice the tensors of llama_base's (147 against 75
+    AccumulateGrads): its optimizer's CPU (ops and the gaps between them, the profiler's cost
+    out) is what layers=16 from the base predicts, not the base's own."""
+    from lumos.estimate.gpu_estimate import GpuModel
+    from lumos.estimate.gpu_step import load_gpu_step
+    from lumos.estimate.infer import infer_base
+    from lumos.estimate.template import BLOCK
+
+    def optimizer_cpu(model, cfg) -> float:  # noqa: ANN001
+        ed, g = model.graph(model.structure(cfg))
+        opt = ~model.step.is_gpu[ed.base] & (model.step.block[ed.base] == BLOCK["opt"])
+        dur = model.durations(ed, cfg, model.event_ns)
+        return float(dur[opt].sum() + g.delay_ns[opt].sum())
+
+    step, cfg = base
+    own = load_gpu_step(gpu_wh, "gpu_h100/llama_L16")
+    own_cfg = infer_base(gpu_wh, "gpu_h100/llama_L16").config
+    measured = optimizer_cpu(GpuModel(own, own_cfg), own_cfg)
+    target = _target(cfg, gpu_runs, "llama_L16")
+    model = GpuModel(step, cfg)
+    got = optimizer_cpu(model, target)
+    kept = optimizer_cpu(model, cfg)  # the base's optimizer, as it ran
+    assert abs(got / measured - 1) < 0.35
+    assert abs(got / measured - 1) < abs(kept / measured - 1) - 0.2
+
+
 def test_describe_says_what_the_profiler_added(gpu_wh, gpu_runs):
     import contextlib
     import io

@@ -13,7 +13,7 @@ structure in one batch. Details: docs/estimate-gpu.md, "Module notes".
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -34,8 +34,8 @@ from lumos.estimate.kernel_work import (
 )
 from lumos.estimate.memory import embedding_params, head_params, params_per_layer, stage_layers
 from lumos.estimate.profiler_cost import PROFILER_EVENT_NS, unprofiled_cpu_ns
-from lumos.estimate.retime import features, stage_param_counts
-from lumos.estimate.template import ROLE
+from lumos.estimate.retime import features, stage_param_counts, stage_tensor_counts
+from lumos.estimate.template import BLOCK, ROLE
 from lumos.estimate.throughput import exp_rate_of, peak_flops_of
 from lumos.estimate.waits import ScaledWaits, has_peer_waits, scaled_waits
 from lumos.replay.build import build_graph
@@ -130,6 +130,23 @@ class GpuModel:
         self._seq_tokens = resid & (step.k_elems == self._base_sizes["tokens"])
         self._graphs: dict[Structure, tuple[EditedStep, ReplayGraph]] = {}
         self._scaled: dict[Structure, ScaledWaits | None] = {}
+        self._cpu_f: dict[Structure, np.ndarray] = {}
+
+    def _cpu_factor(self, ed: EditedStep, s: Structure) -> np.ndarray:
+        """Per task of structure `s`'s edited step, the factor on its CPU time and idle gap:
+        checkpointing's (`_checkpoint_factor`) and the optimizer's. The optimizer's CPU (its
+        foreach ops and their launches, the per-parameter Python of its step) runs over the
+        parameter tensors the rank updates, so it grows as their count does (per pipeline
+        stage, `retime.stage_tensor_counts`); its kernels follow the parameters' bytes."""
+        got = self._cpu_f.get(s)
+        if got is None:
+            counts = stage_tensor_counts(replace(self.base, layers=s[0], pp=s[5]))
+            ratio = np.array(counts) / stage_tensor_counts(self.base)[0]
+            stage = ed.stage if ed.stage is not None else np.zeros(ed.base.shape[0], np.int64)
+            st = self.step
+            opt = ~st.is_gpu[ed.base] & (st.block[ed.base] == BLOCK["opt"])
+            got = self._cpu_f[s] = self._checkpoint_factor(ed) * np.where(opt, ratio[stage], 1.0)
+        return got
 
     def _checkpoint_factor(self, ed: EditedStep) -> np.ndarray:
         """Per task of the edited step, the factor on its CPU time (and idle gap) that
@@ -205,7 +222,7 @@ class GpuModel:
                 ed = add_parallel(st, ed, tp=s[3], dp=s[4], zero=s[7], sp=s[8], vp=s[9])
             tasks = ed.tasks
             i = tasks.schema.get_field_index("gap_ns")
-            gap = st.gap_ns[ed.base] * self._checkpoint_factor(ed)
+            gap = st.gap_ns[ed.base] * self._cpu_factor(ed, s)
             tasks = tasks.set_column(i, tasks.schema.field(i), _arrow(np.rint(gap)))
             g = build_graph(tasks, ed.deps, consts, mode="model", source=st.job)
             got = self._graphs[s] = (ed, g)
@@ -264,7 +281,7 @@ class GpuModel:
         fixed = np.minimum(dur, np.where(mm, self._gemm_fixed[b], self._fixed_cap))
         gpu_dur = np.where(st.kind[b] == int(Kind.GPU_WAIT), dur, fixed + (dur - fixed) * r)
         cpu_dur = unprofiled_cpu_ns(dur, st.n_events[b], event_ns)
-        cpu_dur = cpu_dur * self._checkpoint_factor(ed)
+        cpu_dur = cpu_dur * self._cpu_factor(ed, self.structure(cfg))
         out = np.where(st.is_gpu[b], gpu_dur, cpu_dur)
         if ed.coll is not None:
             for code, ns in self.collective_ns(cfg).items():
