@@ -649,6 +649,9 @@ def test_collective_model_of_a_gpu_base_follows_its_link():
     assert CommModel.for_device("NVIDIA A100-SXM4-80GB").bw_bytes_per_ns < h100.bw_bytes_per_ns
     pcie = CommModel.for_device("NVIDIA H100 PCIe").bw_bytes_per_ns
     assert pcie < 0.2 * h100.bw_bytes_per_ns
+    # PCIe gen4 cards: an A10 is not an A100, an L40S not an H100
+    for card in ("NVIDIA L40S", "NVIDIA L4", "NVIDIA A10", "NVIDIA RTX A6000"):
+        assert CommModel.for_device(card).bw_bytes_per_ns == pytest.approx(32 * NCCL_BUS_EFFICIENCY)
     assert CommModel.for_device("Some Accelerator").bw_bytes_per_ns == DEFAULTS["gpu"][1]
     assert CommModel.for_device(None).source == "default-gpu"
 

@@ -322,7 +322,15 @@ def test_mfu_formula_and_device_peaks():
         "AMD Instinct MI300X": 1307e12,
         "Tesla V100-SXM2-32GB": 125e12,
         "NVIDIA GB200": None,
-        "NVIDIA GeForce RTX 4090": None,
+        "NVIDIA GeForce RTX 4090": 165e12,
+        # names that hold another part's name: each its own row
+        "NVIDIA L40S": 362e12,
+        "NVIDIA L40": 181e12,
+        "NVIDIA L4": 121e12,
+        "NVIDIA A10": 125e12,
+        "NVIDIA A10G": None,
+        "NVIDIA H800 PCIe": 756e12,
+        "NVIDIA A800-SXM4-80GB": 312e12,
     }
     assert {n: peak_flops_of(n) for n in peaks} == peaks
     mixed = Device.of_names(["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"])

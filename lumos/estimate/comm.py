@@ -34,13 +34,17 @@ DEFAULTS = {
 # device's CUDA/ROCm name (first match, case-insensitive), from the vendors' datasheets:
 # NVLink 4 on H100/H200 SXM 900 GB/s both ways, NVLink 3 on A100 SXM 600, NVLink 2 on V100 SXM2
 # 300, NVLink 5 on B200 1.8 TB/s, Infinity Fabric on MI300X 7 x 64 GB/s; the PCIe cards their
-# slot's (H100 PCIe: gen5 x16, A100 PCIe: gen4 x16, V100 PCIe: gen3 x16). A device not listed
-# keeps DEFAULTS["gpu"].
+# slot's (H100 PCIe: gen5 x16, A100 PCIe: gen4 x16, V100 PCIe: gen3 x16). H800 and A800 SXM:
+# NVLink at 400 GB/s both ways. The Ada and Ampere PCIe cards (L40S, L40, L4, RTX 6000 Ada, RTX
+# 4090, A10, A40, RTX A6000): gen4 x16 (the A40's and A6000's NVLink bridge joins only pairs). A
+# device not listed keeps DEFAULTS["gpu"].
 LINK_BW: tuple[tuple[str, float], ...] = (
-    (r"H100.*PCIE", 64.0),
+    (r"H100.*PCIE|H800.*PCIE", 64.0),
     (r"H100|H200|GH200", 450.0),
+    (r"H800|A800", 200.0),
     (r"A100.*PCIE", 32.0),
     (r"A100", 300.0),
+    (r"L40|\bL4\b|RTX 6000 Ada|4090|\bA10\b|\bA40\b|A6000", 32.0),
     (r"(?<!G)B200", 900.0),
     (r"MI300X", 448.0),
     (r"V100.*PCIE", 16.0),

@@ -29,13 +29,28 @@ from warehouse.location import local_warehouse
 #   B200 2.25 PF: NVIDIA HGX B200 spec (4.5 PF with sparsity per GPU)
 #   MI300X 1307.4 TF: AMD Instinct MI300X datasheet
 #   V100 125 TF (SXM2 tensor; PCIe 112 TF): NVIDIA V100 datasheet
+#   H800 (SXM) 989 TF, A800 312 TF: the H100's and A100's chips with slower NVLink
+#   L40S 362 TF, L40 181 TF, L4 121 TF, RTX 6000 Ada 364 TF: the Ada datasheets (BF16 tensor,
+#   dense); RTX 4090 165 TF: Ada whitepaper (BF16 with FP32 accumulate, dense)
+#   A10 125 TF, A40 150 TF, RTX A6000 155 TF: the Ampere datasheets (BF16 tensor, dense)
 # GB200's B200 is another part (not listed: its peak is left unknown rather than guessed).
 PEAK_FLOPS: tuple[tuple[str, float], ...] = (
     (r"H100.*PCIE", 756e12),
     (r"H100.*NVL", 835e12),
     (r"H100", 989e12),
     (r"H200", 989e12),
+    (r"H800.*PCIE", 756e12),
+    (r"H800", 989e12),
     (r"A100", 312e12),
+    (r"A800", 312e12),
+    (r"L40S", 362e12),
+    (r"L40\b", 181e12),
+    (r"\bL4\b", 121e12),
+    (r"RTX 6000 Ada", 364e12),
+    (r"4090", 165e12),
+    (r"\bA10\b", 125e12),
+    (r"\bA40\b", 150e12),
+    (r"A6000", 155e12),
     (r"(?<!G)B200", 2250e12),
     (r"MI300X", 1307e12),
     (r"V100.*PCIE", 112e12),
@@ -49,6 +64,10 @@ PEAK_FLOPS: tuple[tuple[str, float], ...] = (
 #   matmul but only 3.9 TFLOPS of special functions"); H200 the same chip; H100 NVL 132 SMs,
 #   1.785 GHz: 3.8 T/s; H100 PCIe 114 SMs, 1.755 GHz: 3.2 T/s
 #   A100 108 SMs, 1.41 GHz: 2.44 T/s; V100 SXM2 80 SMs, 1.53 GHz: 1.96 T/s, PCIe 1.38 GHz: 1.77
+#   (H800 and A800 as H100 SXM / PCIe and A100); L40S 142 SMs, 2.52 GHz: 5.7 T/s; L40 142 SMs,
+#   2.49 GHz: 5.7; L4 58 SMs, 2.04 GHz: 1.9; RTX 6000 Ada 142 SMs, 2.505 GHz: 5.7; RTX 4090 128
+#   SMs, 2.52 GHz: 5.2; A10 72 SMs, 1.695 GHz: 1.95; A40 84 SMs, 1.74 GHz: 2.3; RTX A6000 84
+#   SMs, 1.8 GHz: 2.4
 # Devices not listed (B200, MI300X: other special-function units) have none: their attention
 # follows its FLOPs alone.
 EXP_RATE: tuple[tuple[str, float], ...] = (
@@ -56,13 +75,24 @@ EXP_RATE: tuple[tuple[str, float], ...] = (
     (r"H100.*NVL", 3.8e12),
     (r"H100", 3.9e12),
     (r"H200", 3.9e12),
+    (r"H800.*PCIE", 3.2e12),
+    (r"H800", 3.9e12),
     (r"A100", 2.44e12),
+    (r"A800", 2.44e12),
+    (r"L40S", 5.7e12),
+    (r"L40\b", 5.7e12),
+    (r"\bL4\b", 1.9e12),
+    (r"RTX 6000 Ada", 5.7e12),
+    (r"4090", 5.2e12),
+    (r"\bA10\b", 1.95e12),
+    (r"\bA40\b", 2.3e12),
+    (r"A6000", 2.4e12),
     (r"V100.*PCIE", 1.77e12),
     (r"V100", 1.96e12),
 )
 
 # bumped when what device.json holds changes
-_DEVICE_FORMAT = 1
+_DEVICE_FORMAT = 2  # 2: the peak table grew (2026-11-28)
 
 
 def _first_match(table: tuple[tuple[str, float], ...], name: str | None) -> float | None:
