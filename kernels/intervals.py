@@ -11,10 +11,11 @@ function's docstring).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from kernels.jit_cache import cached_kernel
 
 
-@njit(cache=True)
+@cached_kernel
 def timeline(start: np.ndarray, end: np.ndarray, cls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Elementary segments of the union of intervals per class (cls in 0..7).
 
@@ -64,7 +65,7 @@ def timeline(start: np.ndarray, end: np.ndarray, cls: np.ndarray) -> tuple[np.nd
     return bounds[:nb].copy(), mask[:nb].copy()
 
 
-@njit(cache=True)
+@cached_kernel
 def cumulative(
     bounds: np.ndarray, mask: np.ndarray, n_masks: int, points: np.ndarray
 ) -> np.ndarray:
@@ -89,7 +90,7 @@ def cumulative(
     return out
 
 
-@njit(cache=True)
+@cached_kernel
 def _walk(  # noqa: ANN202
     start, end, crit_src, last, ws, fill, out_task, out_lo, out_hi, out_src
 ):
@@ -120,7 +121,7 @@ def _walk(  # noqa: ANN202
     return k
 
 
-@njit(cache=True)
+@cached_kernel
 def critical_walk(
     start: np.ndarray,
     end: np.ndarray,

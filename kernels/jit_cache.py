@@ -6,7 +6,8 @@ other's helpers) would keep its old machine code after a callee's module changed
 `key_by_sources(package, pattern)` puts, ahead of numba's own cache locators, ones that claim
 the functions of `package/<pattern>` and stamp them with the hash of every such file. Importing
 this module does it for the replay modules (`kernels/replay*.py`); the reader's kernels do it
-for their package (`warehouse.readers.jit`).
+for their package (`warehouse.readers.jit`). `cached_kernel` is `numba.njit(cache=True)` whose
+cached machine code loads without numba's context refresh (`LoadOnlyCache`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numba
 from numba.core import caching
 
-__all__ = ["key_by_sources"]
+__all__ = ["LoadOnlyCache", "cached_kernel", "key_by_sources"]
 
 _KEYED: set[tuple[Path, str]] = set()
 
@@ -65,6 +67,39 @@ def key_by_sources(package: Path, pattern: str) -> None:
         )
     ]
     _KEYED.add((package, pattern))
+
+
+class LoadOnlyCache(caching.FunctionCache):
+    """numba's cache of one kernel, loading machine code without first refreshing the target
+    context. The refresh imports and installs every lowering registry numba has, numpy's
+    `arraymath` among them with its probe of scipy's BLAS (0.3 s of a `lumos estimate`'s 1 s,
+    0.16 s of a small ingest), for what compiling needs; loading a cached kernel only links its
+    object code. A kernel that allocates (`nrt`, numba's reference-counted arrays: the replay's)
+    needs the runtime initialised first, the one part of the refresh a load uses. A cache miss
+    compiles, and compiling refreshes the context itself."""
+
+    nrt = True
+
+    def load_overload(self, sig: Any, target_context: Any) -> Any:
+        if self.nrt:
+            from numba.core.runtime import rtsys
+
+            rtsys.initialize(target_context)
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+
+def cached_kernel(fn: Any = None, *, nrt: bool = True, **opts: Any) -> Any:
+    """`numba.njit(cache=True, **opts)` loading from its cache with `LoadOnlyCache`; `nrt=False`
+    for a kernel compiled without numba's runtime (`_nrt=False`: it allocates nothing)."""
+
+    def wrap(f: Any) -> Any:
+        dispatcher = numba.njit(cache=True, **opts)(f)
+        dispatcher._cache = LoadOnlyCache(dispatcher.py_func)
+        dispatcher._cache.nrt = nrt
+        return dispatcher
+
+    return wrap if fn is None else wrap(fn)
 
 
 key_by_sources(Path(__file__).parent, "replay*.py")

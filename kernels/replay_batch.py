@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import get_num_threads, prange
 
-import kernels.jit_cache  # noqa: F401  (the cache keyed by every replay module)
 from kernels.graph import GraphBatch, ReplayGraph
+from kernels.jit_cache import cached_kernel  # the cache keyed by every replay module
 from kernels.replay_arrays import BatchArrays, GraphArrays, batch_arrays, graph_arrays
 from kernels.replay_codes import DEFAULT_QUEUE_DEPTH, STATUS_OK, ReplayError
 from kernels.replay_event import _TS_WIDTH, _replay_one
@@ -44,7 +44,7 @@ def _give_back(buf: np.ndarray) -> None:
         _spare.append(buf)
 
 
-@njit(cache=True)
+@cached_kernel
 def _run_range(  # noqa: ANN201, PLR0913
     i0,
     i1,
@@ -181,7 +181,7 @@ def _run_range(  # noqa: ANN201, PLR0913
         status[i] = st
 
 
-@njit(cache=True, parallel=True)
+@cached_kernel(parallel=True)
 def _batch(n_chunks, ws, inst_graph, batch, *args):  # noqa: ANN001, ANN002, ANN202
     """Instances split into ``n_chunks`` contiguous ranges, one per ``prange`` iteration, each with
     its slice of the working memory ``ws``. With ``n_chunks == 1`` it runs on the calling thread.

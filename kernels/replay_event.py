@@ -9,9 +9,8 @@ rules and tie breaks: docs/replay.md, "Module notes".
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-import kernels.jit_cache  # noqa: F401  (the cache keyed by every replay module)
+from kernels.jit_cache import cached_kernel
 from kernels.replay_codes import (
     _RT_DEVICE,
     _RT_EVENT,
@@ -36,7 +35,7 @@ _REM_SHIFT = 8
 _REM_ONE = 1 << _REM_SHIFT
 
 
-@njit(cache=True, inline="always")
+@cached_kernel(inline="always")
 def _scan_stream(s, t, enq, proc_ptr, proc_list, launch_src, ts):  # noqa: ANN001, ANN202
     """Advance stream s's enqueued prefix to time t (t never decreases) and return its last task."""
     q = enq[s]
@@ -52,7 +51,7 @@ def _scan_stream(s, t, enq, proc_ptr, proc_list, launch_src, ts):  # noqa: ANN00
     return -1
 
 
-@njit(cache=True)
+@cached_kernel
 def _park(ts, wait_head, wait_next, w, g):  # noqa: ANN001, ANN202
     """Task `w` waits for task `g` to end: push it on `g`'s list of waiters (rare path)."""
     wait_next[w] = wait_head[g] if ts[g * _TS_WIDTH + 3] & _WAITERS else -1
@@ -60,7 +59,7 @@ def _park(ts, wait_head, wait_next, w, g):  # noqa: ANN001, ANN202
     ts[g * _TS_WIDTH + 3] |= _WAITERS
 
 
-@njit(cache=True)
+@cached_kernel
 def _replay_one(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
     graph,
     dur,

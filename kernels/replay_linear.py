@@ -11,9 +11,8 @@ linear pass".
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-import kernels.jit_cache  # noqa: F401  (the cache keyed by every replay module)
+from kernels.jit_cache import cached_kernel
 from kernels.replay_codes import (
     _RT_DEVICE,
     _RT_EVENT,
@@ -31,12 +30,12 @@ _SCAN_PER_READER_MAX = 512  # processors up to which stream scans keep a prefix 
 STATUS_FALLBACK = 2  # internal: the linear pass could not prove its schedule; run the simulation
 
 
-@njit(cache=True, inline="always")
+@cached_kernel(inline="always")
 def _reads_stream(m):  # noqa: ANN001, ANN202
     return m == _RT_STREAM or m == _RT_DEVICE or m == _RT_RECORD
 
 
-@njit(cache=True)
+@cached_kernel
 def _heap_push(h, size, x):  # noqa: ANN001, ANN202
     i = size
     while i > 0:
@@ -49,7 +48,7 @@ def _heap_push(h, size, x):  # noqa: ANN001, ANN202
     return size + 1
 
 
-@njit(cache=True)
+@cached_kernel
 def _heap_pop(h, size):  # noqa: ANN001, ANN202
     """Remove h[0]; return the new size."""
     size -= 1
@@ -70,7 +69,7 @@ def _heap_pop(h, size):  # noqa: ANN001, ANN202
     return size
 
 
-@njit(cache=True)
+@cached_kernel
 def _linear_order(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
     graph,
     dur,
@@ -326,7 +325,7 @@ def _linear_order(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
     return order, no == n + n_part
 
 
-@njit(cache=True, inline="always")
+@cached_kernel(inline="always")
 def _lin_scan(s, key, t, w, proc, proc_ptr, proc_list, launch_src, dur, end, sc_t, sc_q, asm, na):  # noqa: ANN001, ANN202, PLR0913
     """Stream s's enqueued prefix at time t, read by task w: (last task or -1, na, ok).
 
@@ -364,7 +363,7 @@ def _lin_scan(s, key, t, w, proc, proc_ptr, proc_list, launch_src, dur, end, sc_
     return -1, na, ok
 
 
-@njit(cache=True)
+@cached_kernel
 def _replay_linear(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
     order,
     dep_ptr,
@@ -625,7 +624,7 @@ def _replay_linear(  # noqa: ANN201, PLR0912, PLR0913, PLR0915
 _QUEUE_TASKS_PER_BUCKET = 8
 
 
-@njit(cache=True)
+@cached_kernel
 def _queue_never_full(  # noqa: ANN201, PLR0913
     proc, proc_dev, n_dev, launch_src, launch_dst, start, end, makespan, queue_depth, qs
 ):
