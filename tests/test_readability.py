@@ -16,7 +16,7 @@ MAX_FUNCTION_LINES = 150
 # numba-compiled functions are exempt from the length bound (a kernel's loop state lives in its
 # locals); these are the decorators that compile one: numba's own and the reader's
 # `warehouse.readers.jit.kernel` (numba.njit without reference counting)
-NUMBA_DECORATORS = frozenset({"njit", "jit", "vectorize", "guvectorize", "kernel"})
+NUMBA_DECORATORS = frozenset({"njit", "jit", "vectorize", "guvectorize", "kernel", "cached_kernel"})
 # a path to a markdown file or into docs/, as code and docs name them
 DOC_REF = re.compile(r"(?<![\w./-])((?:\.{1,2}/)?[\w./-]*\.md|docs/[\w./-]*\w)\b(?!\()")
 GONE = re.compile(r"field[- ]notes|\.notes/|\bnotes §", re.IGNORECASE)
