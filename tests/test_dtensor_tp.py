@@ -156,7 +156,7 @@ def test_predictions_from_a_dtensor_base(wh, runs):
     from lumos.api import Warehouse
     from lumos.estimate.calibration import Calibration
     from lumos.estimate.estimator import Estimator
-    from lumos.estimate.template import BLOCK
+    from lumos.estimate.template import LAYER_BLOCKS
 
     alone = Calibration.learn(Warehouse.open(wh), "tp2d", exclude=["base"])
     est = Estimator.open(wh, "tp2d")
@@ -174,7 +174,7 @@ def test_predictions_from_a_dtensor_base(wh, runs):
     assert any("Python dispatch" in w and "kept per call" in w for w in own.warnings)
     # its own TP collectives are priced at what they cost its layers (whatever the
     # implementation calls: here 4 functional all-reduces per layer, waited for ops later)
-    layer = np.isin(est.tpl.block, [BLOCK["f_layer"], BLOCK["b_layer"]])
+    layer = np.isin(est.tpl.block, LAYER_BLOCKS)
     comm = est.explain(est.base).breakdown["communication"]
     assert comm == pytest.approx(float(est.tpl.comm_ns[layer].sum()), rel=0.01)
     # the dispatch left in the ops (the template without subclass_ns): tp=1 keeps it

@@ -93,9 +93,9 @@ def test_layers_edit_copies_whole_layers_in_order(base, layers):
     assert (launch[gpu] >= 0).all() and (launch[gpu] < np.flatnonzero(gpu)).all()
     # the model's ends (embedding, head, loss, optimizer) stay once: the embedding's backward
     # runs before layer 0's last AccumulateGrad, and was copied with layer 0 (twice at 16)
-    from lumos.estimate.template import BLOCK
+    from lumos.estimate.template import LAYER_BLOCKS
 
-    ends = ~np.isin(step.block, (BLOCK["f_layer"], BLOCK["b_layer"]))
+    ends = ~np.isin(step.block, LAYER_BLOCKS)
     outside = np.flatnonzero(ends & (step.block >= 0) & (step.layer < 0))
     assert Counter(ed.base[np.isin(ed.base, outside)].tolist()) == Counter(outside.tolist())
 

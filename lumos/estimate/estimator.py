@@ -54,6 +54,7 @@ from lumos.estimate.retime import (
 from lumos.estimate.slope_law import activations_kept, state_of
 from lumos.estimate.template import (
     BLOCK,
+    LAYER_BLOCKS,
     ROLE,
     ROLES,
     Template,
@@ -1019,7 +1020,7 @@ def _tp_collectives(tpl: Template, base: ModelConfig) -> tuple[float | None, np.
     # DDP's bucket all-reduces (a dp x tp base) run from the gradient-accumulation hooks: they
     # are the DP transform's
     own = np.where([is_grad_accumulation(n) for n in tpl.names], 0, tpl.comm_ns)
-    in_layer = np.isin(tpl.block, [BLOCK["f_layer"], BLOCK["b_layer"]])
+    in_layer = np.isin(tpl.block, LAYER_BLOCKS)
     outside[~in_layer] = own[~in_layer]
     total = float(own[in_layer].sum())
     return (total if total > 0 and base.pp == 1 else None), outside

@@ -20,7 +20,7 @@ import pyarrow as pa
 from kernels.graph import Kind, Rt
 from lumos.estimate.gpu_recompute import RecomputeError, recomputed_tasks
 from lumos.estimate.gpu_step import BLOCK_BWD, BLOCK_FWD, GpuStep
-from lumos.estimate.template import BLOCK, ROLE
+from lumos.estimate.template import BLOCK, LAYER_BLOCKS, ROLE
 from lumos.estimate.transforms import MAX_TASKS
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
 ]
 
 _OPT = (BLOCK["opt"], BLOCK["tail"])
-_LAYER_BLOCKS = (BLOCK["f_layer"], BLOCK["b_layer"])
 
 
 class EditError(ValueError):
@@ -232,7 +231,7 @@ def _layer_runs(
     ends = (
         i
         for i in range(first, len(tasks))
-        if lay[i] < 0 and int(step.block[tasks[i]]) not in _LAYER_BLOCKS
+        if lay[i] < 0 and int(step.block[tasks[i]]) not in LAYER_BLOCKS
     )
     cut = next(ends, len(tasks))
     last = max(i for i in range(first, cut) if lay[i] >= 0)

@@ -43,6 +43,8 @@ ROLES = (
 ROLE = {r: i for i, r in enumerate(ROLES)}
 BLOCKS = ("head", "f_pre", "f_layer", "f_post", "b_post", "b_layer", "b_pre", "opt", "tail")
 BLOCK = {b: i for i, b in enumerate(BLOCKS)}
+# the blocks of a layer's forward and backward (the others are the model's ends and the loop's)
+LAYER_BLOCKS = (BLOCK["f_layer"], BLOCK["b_layer"])
 
 # an autograd node as PyTorch before 1.10 traced it: `CudnnConvolutionBackward`, `ReluBackward1`
 _LEGACY_BWD = re.compile(r"^[A-Z]\w*Backward\d*$")
