@@ -55,6 +55,25 @@ def test_a_cpu_step_replays_to_its_traced_step(steps: dict, job: str) -> None:
     assert abs(got / measured - 1) <= REPLAY_TOLERANCE, (got, measured)
 
 
+def test_a_cpu_step_without_the_profiler_costs_cpu_activity_alone(steps: dict) -> None:
+    """The corpus base's step graph without the profiler against the step its run measured
+    without it: a CPU trace's profiler records no CUDA runtime call, so its cost per event is
+    `CPU_EVENT_NS` (0.65 µs), not the 3.5 µs learned with CUDA activity (-25 % here)."""
+    import json
+
+    from lumos.estimate.gpu_estimate import GpuModel
+    from lumos.estimate.profiler_cost import CPU_EVENT_NS, PROFILER_EVENT_NS
+
+    step, cfg = steps["base"]
+    measured = json.loads((DATA / "corpus" / "base" / "measured.json").read_text())
+    unprofiled = measured["unprofiled"]["step"]["median"]
+    model = GpuModel(step, cfg)
+    assert model.event_ns == CPU_EVENT_NS
+    assert abs(model.explain(cfg).predicted_ns / unprofiled - 1) <= REPLAY_TOLERANCE
+    cuda = GpuModel(step, cfg, event_ns=PROFILER_EVENT_NS).explain(cfg).predicted_ns
+    assert cuda / unprofiled - 1 < -REPLAY_TOLERANCE
+
+
 @pytest.mark.parametrize("job", JOBS)
 def test_layer_and_micro_batch_edits_copy_whole_pieces(steps: dict, job: str) -> None:
     """Twice the layers: every target layer's forward operators are its base layer's

@@ -33,7 +33,7 @@ from lumos.estimate.kernel_work import (
     size_ratio,
 )
 from lumos.estimate.memory import embedding_params, head_params, params_per_layer, stage_layers
-from lumos.estimate.profiler_cost import PROFILER_EVENT_NS, unprofiled_cpu_ns
+from lumos.estimate.profiler_cost import CPU_EVENT_NS, PROFILER_EVENT_NS, unprofiled_cpu_ns
 from lumos.estimate.retime import features, stage_param_counts, stage_tensor_counts
 from lumos.estimate.template import BLOCK, ROLE
 from lumos.estimate.throughput import exp_rate_of, peak_flops_of
@@ -83,7 +83,7 @@ class GpuModel:
         step: GpuStep,
         base: ModelConfig,
         *,
-        event_ns: float = PROFILER_EVENT_NS,
+        event_ns: float | None = None,
         checkpoint_cpu: float = CHECKPOINT_FORWARD_CPU,
         comm: CommModel | None = None,
         fixed: str = "",
@@ -98,6 +98,10 @@ class GpuModel:
         # and the profiler's cost aside): a step whose layers are not found; "" edits freely
         self.fixed = fixed
         self.comm = comm or CommModel.default("gpu")
+        # the profiler's cost per recorded event: with CUDA activity, or CPU activity alone (a
+        # CPU trace's step: no GPU task)
+        if event_ns is None:
+            event_ns = PROFILER_EVENT_NS if step.is_gpu.any() else CPU_EVENT_NS
         self.event_ns = event_ns
         self.checkpoint_cpu = checkpoint_cpu
         kernels = step.is_gpu & (step.kind != int(Kind.GPU_WAIT))
@@ -461,7 +465,8 @@ def estimate_step(
     base: ModelConfig,
     cfg: ModelConfig,
     *,
-    event_ns: float = PROFILER_EVENT_NS,
+    event_ns: float | None = None,
 ) -> GpuEstimate:
-    """Predict `cfg`'s step (without the profiler) from the base step of configuration `base`."""
+    """Predict `cfg`'s step (without the profiler) from the base step of configuration `base`
+    (`event_ns`: the profiler's cost per event, the step's kind's constant when None)."""
     return GpuModel(step, base, event_ns=event_ns).explain(cfg)
