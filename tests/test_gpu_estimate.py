@@ -348,6 +348,38 @@ def test_gpu_work_follows_the_shapes(gpu_wh, base):
         assert abs(linear[gemm].sum() / t_gemm - 1) > err, run
 
 
+def test_a_partial_rotary_embeddings_tensors_follow_the_tokens(gpu_wh, gpu_runs):
+    """GPT-NeoX rotates a quarter of each head: its rotary operators' tensors are tokens x 1/4
+    and 3/4 of the queries, no named size, and were kept at the base's time (13 % of neox_base's
+    element-wise kernel time). As simple fractions of the queries' width they follow the tokens
+    and the width: neox_B16's element-wise kernels from neox_base against what it traced."""
+    from lumos.estimate.gpu_estimate import GpuModel
+    from lumos.estimate.gpu_step import load_gpu_step
+    from lumos.estimate.infer import infer_base
+    from lumos.estimate.kernel_work import KClass, named_sizes, size_ratio
+    from lumos.estimate.template import BLOCK, shape_roles
+
+    cfg = infer_base(gpu_wh, "gpu_h100/neox_base").config
+    sizes = named_sizes(cfg)
+    quarter = int(sizes["tok_q"] // 4)
+    assert size_ratio(quarter, sizes, named_sizes(replace(cfg, micro_batch=16))) == 2.0
+    assert size_ratio(3 * quarter, sizes, named_sizes(replace(cfg, hidden=1536))) == 1.5
+
+    def elementwise(step, ed=None, dur=None) -> float:  # noqa: ANN001
+        b = np.arange(step.n) if ed is None else ed.base
+        d = step.dur_ns[b] if dur is None else dur
+        keep = step.is_gpu[b] & (step.k_class[b] == int(KClass.OTHER))
+        return float(d[keep & (step.block[b] != BLOCK["opt"])].sum())
+
+    model = GpuModel(load_gpu_step(gpu_wh, "gpu_h100/neox_base", sizes=shape_roles(cfg)), cfg)
+    target = _target(cfg, gpu_runs, "neox_B16")
+    ed, _ = model.graph(model.structure(target))
+    got = elementwise(model.step, ed, model.durations(ed, target, model.event_ns))
+    own = infer_base(gpu_wh, "gpu_h100/neox_B16").config
+    traced = elementwise(load_gpu_step(gpu_wh, "gpu_h100/neox_B16", sizes=shape_roles(own)))
+    assert abs(got / traced - 1) < 0.04  # -6.6 % when they were kept
+
+
 def test_attention_follows_its_flops_and_its_exponentials(gpu_wh, base):
     """llama_H2048 runs head size 128 where llama_base runs 64: its fused attention kernels do
     twice the FLOPs but take the same number of exponentials, which on an H100 take as long as

@@ -152,15 +152,34 @@ def attention_head_factor(
     return (d_base / d) * (d + x) / (d_base + x)
 
 
+# per-token widths a tensor of tokens x (a simple fraction of one of them) follows: a partial
+# rotary embedding's rotated and passed-through parts of the queries (GPT-NeoX's quarter, Phi's
+# share of each head), the keys', the MLP's
+_WIDTHS = ("tok_q", "tok_kv", "tok_h", "tok_f")
+# the simple fractions: width x p / _FRACTION for p = 1 .. _FRACTION**2
+_FRACTION = 8
+
+
 def size_ratio(elems: int, base: dict[str, float], target: dict[str, float]) -> float | None:
     """How a tensor of `elems` elements in the base grows in the target: the ratio of the named
-    size it equals (None when it equals none, or several that grow differently)."""
+    size it equals, else of the per-token width it is a simple fraction of (tokens x q/4: a
+    quarter of each head rotated); None when it is neither, or several that grow differently."""
     if elems <= 0:
         return None
     ratios = {target[k] / base[k] for k, n in base.items() if n == elems and base[k] > 0}
+    if not ratios:
+        ratios = {target[k] / base[k] for k in _WIDTHS if _simple_fraction(elems, base[k])}
     if len(ratios) != 1:
         return None
     return ratios.pop()
+
+
+def _simple_fraction(elems: int, size: float) -> bool:
+    """`elems` is `size` x p / _FRACTION for an integer p in 1 .. _FRACTION**2."""
+    if size <= 0:
+        return False
+    p = elems * _FRACTION / size
+    return p == int(p) and 1 <= p <= _FRACTION**2
 
 
 def fit_gemm(dur_ns: np.ndarray, flops: np.ndarray, op: np.ndarray) -> tuple[float, float]:
