@@ -93,12 +93,17 @@ def corpus_accuracy(
     states: dict[str, tuple[float, float] | None] = {}
     # without the calibration jobs, every job of the warehouse but the base is left out
     others = sorted(set(wh.sql("SELECT DISTINCT job FROM traces")["job"]) - {base})
-    alone = None if calibration else Calibration.learn(wh, base, exclude=others, states=states)
+    groups: dict[str, int] = {}  # each job's tensor-parallel group, likewise
+    alone = (
+        None
+        if calibration
+        else Calibration.learn(wh, base, exclude=others, states=states, tp_groups=groups)
+    )
     for j in jobs:
         # what the calibration jobs teach (collective costs, contention) is learned without the run
         # being predicted
         held_out = [j.name] if j.name != base else []
-        f = alone or Calibration.learn(wh, base, exclude=held_out, states=states)
+        f = alone or Calibration.learn(wh, base, exclude=held_out, states=states, tp_groups=groups)
         # the host's cores as the estimator resolved them (the trace's record, the prior's)
         c = est.contention
         model = Estimator(

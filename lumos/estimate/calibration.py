@@ -41,14 +41,16 @@ class Calibration:
         exclude: Sequence[str] = (),
         states: dict[str, tuple[float, float] | None] | None = None,
         prior: bool = True,
+        tp_groups: dict[str, int] | None = None,
     ) -> Calibration:
         """What `wh`'s jobs (but those in `exclude`) teach about `job`'s device; with `prior`,
         the laws they cannot teach come from the packaged prior of its device kind. `states`
-        memoises each job's inferred sizes across calls (one per held-out run)."""
+        and `tp_groups` memoise each job's inferred sizes and tensor-parallel group across
+        calls (one per held-out run)."""
         from lumos.estimate import priors
 
         states = {} if states is None else states
-        comm = CommModel.calibrate(wh, job, exclude=exclude)
+        comm = CommModel.calibrate(wh, job, exclude=exclude, tp_groups=tp_groups)
         ws = WorkingSet.calibrate(wh, job, exclude=exclude, states=states)
         gaps = IdleGaps.calibrate(wh, job, exclude=exclude, states=states)
         p = priors.load(base_kind(wh, job)) if prior else None

@@ -219,11 +219,18 @@ class CommModel:
         return cls(max(float(coef[0]), 1.0), 1.0 / float(coef[1]), source)
 
     @classmethod
-    def calibrate(cls, wh: Any, job: str, exclude: Sequence[str] = ()) -> CommModel:
+    def calibrate(
+        cls,
+        wh: Any,
+        job: str,
+        exclude: Sequence[str] = (),
+        tp_groups: dict[str, int] | None = None,
+    ) -> CommModel:
         """Fit on the warehouse's all-reduces on the same kind of device (leaving out the jobs
         in `exclude`), else the defaults. A job of more ranks than its host's cores (where its
         recorder wrote them, else the base's) ran its collectives time-shared: their times are
-        divided by its ranks per core, and an estimate multiplies them back for its target."""
+        divided by its ranks per core, and an estimate multiplies them back for its target.
+        `tp_groups` memoises each job's tensor-parallel group across calls."""
         from lumos.estimate.calibration_sql import calibration_rows
 
         (rows, sync_rows, cores), why = calibration_rows(
@@ -244,7 +251,7 @@ class CommModel:
         if model is None:
             model = cls.default("cpu" if kind == "cpu" else "gpu")
         waits = {"sync": [], "exposed": []}
-        group = _tp_group(wh)
+        group = _tp_group(wh, {} if tp_groups is None else tp_groups)
         for world, dims, t, _kind, sample, owner, *_ in sync_rows:
             if dims and t:
                 # a synchronous all-reduce rings over its tensor-parallel group, not the world
@@ -352,13 +359,11 @@ def _per_core(cores: dict[str, int], base: str) -> Callable[[str, int], float]:
     return share
 
 
-def _tp_group(wh: Any) -> Callable[[str, int], int]:
+def _tp_group(wh: Any, seen: dict[str, int]) -> Callable[[str, int], int]:
     """(job, world) -> the ranks a synchronous all-reduce of that job rings over: its inferred
     tensor-parallel degree (gloo records no group size, and the DP × TP job's world is several
-    TP groups), else the world; memoised per job."""
+    TP groups), else the world; memoised per job in `seen`."""
     from lumos.estimate.infer import infer_base
-
-    seen: dict[str, int] = {}
 
     def group(job: str, world: int) -> int:
         if job not in seen:
