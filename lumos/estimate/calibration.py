@@ -47,6 +47,25 @@ class Calibration:
         the laws they cannot teach come from the packaged prior of its device kind. `states`
         and `tp_groups` memoise each job's inferred sizes and tensor-parallel group across
         calls (one per held-out run)."""
+        from lumos.estimate.calibration_sql import catalog_connection
+
+        con = catalog_connection(wh)  # one snapshot and one connection for every model
+        try:
+            return cls._learn(con or wh, job, exclude, states, prior, tp_groups)
+        finally:
+            if con is not None:
+                con.close()
+
+    @classmethod
+    def _learn(
+        cls,
+        wh: Any,
+        job: str,
+        exclude: Sequence[str],
+        states: dict[str, tuple[float, float] | None] | None,
+        prior: bool,
+        tp_groups: dict[str, int] | None,
+    ) -> Calibration:
         from lumos.estimate import priors
 
         states = {} if states is None else states

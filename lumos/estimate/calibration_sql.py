@@ -16,16 +16,17 @@ from typing import Any
 def calibration_rows(
     wh: Any, names: Sequence[str], job: str, exclude: Sequence[str] = ()
 ) -> tuple[list[list[tuple[Any, ...]]], str | None]:
-    """(rows of each `estimate/<name>` query, None) or (empty lists, why nothing was read)."""
+    """(rows of each `estimate/<name>` query, None) or (empty lists, why nothing was read).
+    `wh`: the warehouse, or a connection on its catalog (`catalog_connection`) that several
+    calls share."""
     import duckdb
 
     import lumos_sql
-    from warehouse.catalog import connect as catalog_connect
 
     empty: list[list[tuple[Any, ...]]] = [[] for _ in names]
-    try:
-        con = catalog_connect(str(wh.catalog))
-    except duckdb.Error:
+    own = not isinstance(wh, duckdb.DuckDBPyConnection)
+    con = catalog_connection(wh) if own else wh
+    if con is None:
         return empty, "no catalog"
     try:
         params = {"job": job, "exclude": list(exclude)}
@@ -36,4 +37,17 @@ def calibration_rows(
     except duckdb.Error as e:
         return empty, str(e)
     finally:
-        con.close()
+        if own:
+            con.close()
+
+
+def catalog_connection(wh: Any) -> Any:
+    """A connection on `wh`'s catalog (one snapshot), None where it has none."""
+    import duckdb
+
+    from warehouse.catalog import connect as catalog_connect
+
+    try:
+        return catalog_connect(str(wh.catalog))
+    except duckdb.Error:
+        return None

@@ -251,7 +251,7 @@ class CommModel:
         if model is None:
             model = cls.default("cpu" if kind == "cpu" else "gpu")
         waits = {"sync": [], "exposed": []}
-        group = _tp_group(wh, {} if tp_groups is None else tp_groups)
+        group = _tp_group(wh, tp_groups)
         for world, dims, t, _kind, sample, owner, *_ in sync_rows:
             if dims and t:
                 # a synchronous all-reduce rings over its tensor-parallel group, not the world
@@ -359,11 +359,13 @@ def _per_core(cores: dict[str, int], base: str) -> Callable[[str, int], float]:
     return share
 
 
-def _tp_group(wh: Any, seen: dict[str, int]) -> Callable[[str, int], int]:
+def _tp_group(wh: Any, seen: dict[str, int] | None = None) -> Callable[[str, int], int]:
     """(job, world) -> the ranks a synchronous all-reduce of that job rings over: its inferred
     tensor-parallel degree (gloo records no group size, and the DP × TP job's world is several
     TP groups), else the world; memoised per job in `seen`."""
     from lumos.estimate.infer import infer_base
+
+    seen = {} if seen is None else seen
 
     def group(job: str, world: int) -> int:
         if job not in seen:
