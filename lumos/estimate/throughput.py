@@ -92,7 +92,7 @@ EXP_RATE: tuple[tuple[str, float], ...] = (
 )
 
 # bumped when what device.json holds changes
-_DEVICE_FORMAT = 2  # 2: the peak table grew (2026-11-28)
+_DEVICE_FORMAT = 2
 
 
 def _first_match(table: tuple[tuple[str, float], ...], name: str | None) -> float | None:
