@@ -16,7 +16,7 @@ import numpy as np
 from numba import get_num_threads, prange
 
 from kernels.graph import GraphBatch, ReplayGraph
-from kernels.jit_cache import cached_kernel  # the cache keyed by every replay module
+from kernels.jit_cache import cached_kernel  # its import keys the cache by every replay module
 from kernels.replay_arrays import BatchArrays, GraphArrays, batch_arrays, graph_arrays
 from kernels.replay_codes import DEFAULT_QUEUE_DEPTH, STATUS_OK, ReplayError
 from kernels.replay_event import _TS_WIDTH, _replay_one
