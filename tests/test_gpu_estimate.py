@@ -380,6 +380,65 @@ def test_a_partial_rotary_embeddings_tensors_follow_the_tokens(gpu_wh, gpu_runs)
     assert abs(got / traced - 1) < 0.04  # -6.6 % when they were kept
 
 
+def _op_firsts(step, b: np.ndarray) -> list[int]:  # noqa: ANN001
+    """Positions in `b` (task ids of `step`) of the first kernel of each operator instance
+    that launched GPU work, in order."""
+    out, last = [], None
+    for k, i in enumerate(b):
+        if step.is_gpu[i] and step.k_op[i] >= 0 and step.k_op[i] != last:
+            out.append(k)
+            last = step.k_op[i]
+    return out
+
+
+@pytest.mark.parametrize(
+    "base_run,run",
+    [
+        ("neox_base", "neox_B16"),
+        ("neox_base", "neox_H1536"),
+        ("llama_base", "llama_H2048"),
+        ("llama_base", "llama_S512"),
+    ],
+)
+def test_each_kernels_work_grows_as_the_target_traced_its_tensors(gpu_wh, gpu_runs, base_run, run):
+    """Per layer kernel, the work ratio the re-timing gives against the one the target's own
+    trace shows for the same operator (same structure: the operators line up one to one): a
+    GEMM's FLOPs, an element-wise kernel's largest input. At 8 x 1024 tokens a rotary slice
+    (tokens x heads x 8) has a query weight's element count and tokens x 512 an FFN weight's;
+    an activation (three dimensions or more) is not taken for the weight, nor a weight (a
+    matrix: its bf16 copy under autocast) for the activation, and a bias follows its width."""
+    from lumos.estimate.gpu_estimate import GpuModel
+    from lumos.estimate.gpu_step import load_gpu_step
+    from lumos.estimate.infer import infer_base
+    from lumos.estimate.kernel_work import KClass
+    from lumos.estimate.template import LAYER_BLOCKS, shape_roles
+
+    cfg = infer_base(gpu_wh, f"gpu_h100/{base_run}").config
+    model = GpuModel(load_gpu_step(gpu_wh, f"gpu_h100/{base_run}", sizes=shape_roles(cfg)), cfg)
+    own = infer_base(gpu_wh, f"gpu_h100/{run}").config
+    traced = load_gpu_step(gpu_wh, f"gpu_h100/{run}", sizes=shape_roles(own))
+    target = _target(cfg, gpu_runs, run)
+    ed, _ = model.graph(model.structure(target))
+    r = model.work_ratio(ed, target)
+    st, b = model.step, ed.base
+    mine, theirs = _op_firsts(st, b), _op_firsts(traced, np.arange(traced.n))
+    assert len(mine) == len(theirs)
+    checked = Counter()
+    for k, t in zip(mine, theirs, strict=True):
+        i = b[k]
+        if st.layer[i] < 0 or st.block[i] not in LAYER_BLOCKS:
+            continue
+        if st.k_class[i] == int(KClass.GEMM) and st.k_flops[i] > 0:
+            want = traced.k_flops[t] / st.k_flops[i]
+        elif st.k_class[i] == int(KClass.OTHER) and st.k_elems[i] > 0:
+            want = traced.k_elems[t] / st.k_elems[i]
+        else:
+            continue
+        checked[int(st.k_class[i])] += 1
+        assert r[k] == pytest.approx(want, rel=1e-9), (run, k, st.k_elems[i], st.k_ndim[i])
+    assert checked[int(KClass.GEMM)] >= 7 * cfg.layers and checked[int(KClass.OTHER)] > 50
+
+
 def test_attention_follows_its_flops_and_its_exponentials(gpu_wh, base):
     """llama_H2048 runs head size 128 where llama_base runs 64: its fused attention kernels do
     twice the FLOPs but take the same number of exponentials, which on an H100 take as long as

@@ -48,7 +48,7 @@ def test_size_ratio_names_the_tensor_or_refuses_to_guess():
     assert size_ratio(3 * 1000, b, t) == 1.0  # per-token scalars
     # 4 x 2048 tokens x 1024 = 2 x 1024 x 4096, a gated MLP's weights: which one, the size
     # cannot tell
-    other = base.replace(seq=2048, micro_batch=4)
+    other = base.replace(seq=2048, micro_batch=4, gated_mlp=True)
     assert (
         size_ratio(4 * 2048 * 1024, named_sizes(other), named_sizes(other.replace(hidden=2048)))
         is None
@@ -56,9 +56,18 @@ def test_size_ratio_names_the_tensor_or_refuses_to_guess():
     assert size_ratio(12345, b, t) is None
     # seq = hidden: a tensor of b*s*h and one of b*h*h have the same size and grow differently
     same = ModelConfig(layers=8, hidden=1024, heads=16, seq=1024, micro_batch=1, vocab=32000)
-    assert (
-        size_ratio(1024 * 1024, named_sizes(same), named_sizes(same.replace(hidden=2048))) is None
-    )
+    wider = named_sizes(same.replace(hidden=2048))
+    assert size_ratio(1024 * 1024, named_sizes(same), wider) is None
+    # unless its dimensions say: an activation has three or more, a weight is a matrix
+    assert size_ratio(1024 * 1024, named_sizes(same), wider, ndim=3) == 2.0
+    assert size_ratio(1024 * 1024, named_sizes(same), wider, ndim=2) == 4.0
+    # an ungated MLP has no fused gate and up: 2 x 1024 x 4096 is then tokens x hidden alone
+    ungated = other.replace(gated_mlp=False)
+    grown = named_sizes(ungated.replace(hidden=2048))
+    assert size_ratio(4 * 2048 * 1024, named_sizes(ungated), grown, ndim=3) == 2.0
+    # a bias follows its width: the fused projections' (3 x 1024) and the MLP's up (4096)
+    assert size_ratio(3 * 1024, b, t, ndim=1) == 2.0
+    assert size_ratio(base.ffn_size, b, named_sizes(base.replace(ffn=8192)), ndim=1) == 2.0
 
 
 def test_fit_gemm_recovers_a_fixed_part_and_a_rate():

@@ -126,7 +126,12 @@ class GpuModel:
         self._base_sizes = named_sizes(base)
         # the distinct input sizes of the kernels that follow their operator's input
         self._sized = step.is_gpu & (step.k_class == int(KClass.OTHER)) & (step.k_elems > 0)
-        self._elems, self._elems_at = np.unique(step.k_elems, return_inverse=True)
+        # the distinct (elements, dimensions) of their inputs, each sized once per configuration
+        pairs, self._elems_at = np.unique(
+            np.stack([step.k_elems, step.k_ndim], axis=1), axis=0, return_inverse=True
+        )
+        self._elems = [(int(e), int(d)) for e, d in pairs]
+        self._elems_at = self._elems_at.reshape(-1)
         # the layers' residual-stream kernels (norms, residual adds, dropout: element-wise, under a
         # tokens x hidden operator) that sequence parallelism runs on seq / tp tokens
         resid = self._sized & (step.layer >= 0) & (step.role == ROLE["tok_h"])
@@ -259,28 +264,8 @@ class GpuModel:
         (``speedup.<class>=N``) N times faster (`gpu_speedup`)."""
         st, b = self.step, ed.base
         dur = st.dur_ns[b].astype(np.float64)
-        fb = np.where(self._base_feat > 0, self._base_feat, 1.0)
-        # per pipeline stage: its optimizer updates its own parameters
-        ratio = np.stack(
-            [
-                np.where(self._base_feat > 0, _features(cfg, stage) / fb, 1.0)
-                for stage in range(cfg.pp)
-            ]
-        )
-        role = st.role[b]
         stage_of = ed.stage if ed.stage is not None else np.zeros(b.shape[0], np.int64)
-        r = np.where(role >= 0, ratio[stage_of, np.maximum(role, 0)], 1.0)
-        # element-wise work on a tensor of a named size grows as that size does
-        sizes = named_sizes(cfg)
-        by_size = np.array(
-            [size_ratio(int(e), self._base_sizes, sizes) or np.nan for e in self._elems]
-        )
-        rs = by_size[self._elems_at][b]
-        r = np.where(self._sized[b] & ~np.isnan(rs), rs, r)
-        if cfg.sequence_parallel and cfg.tp > 1:
-            r = self._sequence_split(r, b, sizes, cfg.tp)
-        if cfg.head_size != self.base.head_size:
-            r = self._head_size(r, b, cfg.head_size)
+        r = self.work_ratio(ed, cfg)
         mm = np.isin(st.k_class[b], (int(KClass.GEMM), int(KClass.ATTENTION)))
         fixed = np.minimum(dur, np.where(mm, self._gemm_fixed[b], self._fixed_cap))
         gpu_dur = np.where(st.kind[b] == int(Kind.GPU_WAIT), dur, fixed + (dur - fixed) * r)
@@ -295,6 +280,35 @@ class GpuModel:
         if speed:
             out = out / speedup_divisor(st, ed, speed)
         return np.rint(out).astype(np.int64)
+
+    def work_ratio(self, ed: EditedStep, cfg: ModelConfig) -> np.ndarray:
+        """Per task of the edited step, how the work of its GPU task grows from the base to
+        `cfg`: its role's feature ratio (GEMMs: FLOPs; per pipeline stage, its optimizer's
+        parameters), an element-wise kernel's by the named size of its operator's input
+        (`size_ratio`), sequence parallelism's and the head size's on top."""
+        st, b = self.step, ed.base
+        fb = np.where(self._base_feat > 0, self._base_feat, 1.0)
+        ratio = np.stack(
+            [
+                np.where(self._base_feat > 0, _features(cfg, stage) / fb, 1.0)
+                for stage in range(cfg.pp)
+            ]
+        )
+        role = st.role[b]
+        stage_of = ed.stage if ed.stage is not None else np.zeros(b.shape[0], np.int64)
+        r = np.where(role >= 0, ratio[stage_of, np.maximum(role, 0)], 1.0)
+        # element-wise work on a tensor of a named size grows as that size does
+        sizes = named_sizes(cfg)
+        by_size = np.array(
+            [size_ratio(e, self._base_sizes, sizes, d) or np.nan for e, d in self._elems]
+        )
+        rs = by_size[self._elems_at][b]
+        r = np.where(self._sized[b] & ~np.isnan(rs), rs, r)
+        if cfg.sequence_parallel and cfg.tp > 1:
+            r = self._sequence_split(r, b, sizes, cfg.tp)
+        if cfg.head_size != self.base.head_size:
+            r = self._head_size(r, b, cfg.head_size)
+        return r
 
     def _head_size(self, r: np.ndarray, b: np.ndarray, d: int) -> np.ndarray:
         """`r` with the fused attention kernels' FLOPs ratio turned into their time's at head

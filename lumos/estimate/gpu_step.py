@@ -25,7 +25,7 @@ import pyarrow as pa
 
 import lumos_sql
 from kernels.graph import Kind, Rt
-from lumos.estimate.kernel_work import KClass, gemm_flops, kernel_class, largest_elems
+from lumos.estimate.kernel_work import KClass, gemm_flops, kernel_class, largest_input
 from lumos.estimate.template import BLOCK, ShapeRoles, TemplateError, label_step
 from lumos.replay.constants import DeviceConstants
 from lumos_sql.taxonomy import is_attention_pass
@@ -48,7 +48,7 @@ class GpuStep:
     (micro-batch, -1 outside), ``role`` (ROLE code), ``n_events`` (profiler events recorded in a
     CPU task), ``dur_ns`` and ``gap_ns`` (medians over the steps), ``k_class`` (`KClass` of a GPU
     task), ``k_flops`` (the FLOPs of a GEMM kernel's operator), ``k_elems`` (the elements of the
-    largest input of the operator that launched a GPU task) and ``k_op`` (that operator's
+    largest input of the operator that launched a GPU task), ``k_ndim`` (its dimensions) and ``k_op`` (that operator's
     instance, dense, -1 for none: a GEMM operator may launch several kernels, a split-K GEMM and
     its reduction). ``step_ns``: the traced steps.
     """
@@ -69,6 +69,7 @@ class GpuStep:
     k_class: np.ndarray
     k_flops: np.ndarray
     k_elems: np.ndarray
+    k_ndim: np.ndarray
     k_op: np.ndarray
     labelled_by: str = ""
     # what the step leaves out of the trace's tasks ("" nothing): `side_threads`
@@ -102,6 +103,7 @@ class GpuStep:
         "k_class",
         "k_flops",
         "k_elems",
+        "k_ndim",
         "k_op",
     )
 
@@ -398,12 +400,13 @@ def _first_gaps(
 def _kernel_work(
     t: pa.Table, gpu: np.ndarray, launch_ops: dict[int, tuple[str, Any, int]]
 ) -> dict[str, np.ndarray]:
-    """Per task: the class, GEMM FLOPs, input elements and instance of a GPU task's launching
-    operator."""
+    """Per task: the class, GEMM FLOPs, largest input's elements and dimensions, and instance of
+    a GPU task's launching operator."""
     n = t.num_rows
     k_class = np.full(n, int(KClass.NONE), np.int64)
     flops = np.zeros(n, np.float64)
     elems = np.zeros(n, np.int64)
+    ndim = np.zeros(n, np.int64)
     op = np.full(n, -1, np.int64)
     keys: dict[int, int] = {}
     corr = _int(t, "correlation", -1)
@@ -416,10 +419,10 @@ def _kernel_work(
         k_class[i] = int(c)
         if c == KClass.GEMM and name is not None:
             flops[i] = gemm_flops(name, dims)
-        elems[i] = largest_elems(dims)
+        elems[i], ndim[i] = largest_input(dims)
         if key is not None:
             op[i] = keys.setdefault(int(key), len(keys))
-    return {"k_class": k_class, "k_flops": flops, "k_elems": elems, "k_op": op}
+    return {"k_class": k_class, "k_flops": flops, "k_elems": elems, "k_ndim": ndim, "k_op": op}
 
 
 def _task_steps(tasks: pa.Table, its: list[dict[str, Any]]) -> np.ndarray:

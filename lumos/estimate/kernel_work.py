@@ -28,8 +28,10 @@ __all__ = [
     "gemm_flops",
     "kernel_class",
     "largest_elems",
+    "largest_input",
     "named_sizes",
     "size_ratio",
+    "WEIGHT_SIZES",
 ]
 
 
@@ -83,17 +85,22 @@ def gemm_flops(op_name: str, input_dims: Any) -> float:
     return 2.0 * batch * a[-2] * a[-1] * b[-1]
 
 
-def largest_elems(input_dims: Any) -> int:
-    """Elements of the operator's largest input tensor, a tensor list's (`aten::cat`'s) included
-    (0 when none is recorded)."""
+def largest_input(input_dims: Any) -> tuple[int, int]:
+    """Elements and dimensions of the operator's largest input tensor, a tensor list's
+    (`aten::cat`'s) included ((0, 0) when none is recorded)."""
     if isinstance(input_dims, str):
         try:
             input_dims = json.loads(input_dims)
         except ValueError:
-            return 0
+            return 0, 0
     lists = [s for s in input_dims or () if isinstance(s, list) and s and isinstance(s[0], list)]
     shapes = _shapes(input_dims) + [t for ts in lists for t in _shapes(ts)]
-    return max((math.prod(s) for s in shapes), default=0)
+    return max(((math.prod(s), len(s)) for s in shapes), default=(0, 0))
+
+
+def largest_elems(input_dims: Any) -> int:
+    """Elements of the operator's largest input tensor (`largest_input`)."""
+    return largest_input(input_dims)[0]
 
 
 def named_sizes(cfg: ModelConfig) -> dict[str, float]:
@@ -107,7 +114,7 @@ def named_sizes(cfg: ModelConfig) -> dict[str, float]:
     heads = cfg.heads // tp
     kv = max(cfg.kv_heads_n // tp, 1) * hd
     q = heads * hd
-    return {
+    out = {
         "tokens": tokens,
         "tok_h": tokens * h,
         "tok_q": tokens * q,  # queries and the attention's output (tokens x hidden unless head_dim)
@@ -116,17 +123,30 @@ def named_sizes(cfg: ModelConfig) -> dict[str, float]:
         "tok_kv_half": tokens * kv / 2,
         "tok_qkv": tokens * (q + 2 * kv),
         "tok_f": tokens * f,
-        "tok_f2": tokens * 2 * f,  # a gated MLP's fused gate and up
         "tok_v": tokens * v,
         "scores": cfg.micro_batch * heads * cfg.seq * cfg.seq,
         "hidden": h,
+        "b_qkv": q + 2 * kv,  # the fused projections' bias
+        "b_f": f,  # the MLP's up bias
         "w_hh": h * q,
         "w_kvh": h * kv,
         "w_qkvh": h * (q + 2 * kv),
         "w_fh": h * f,
-        "w_f2h": 2 * h * f,
         "w_vh": h * v,
     }
+    if cfg.gated_mlp:  # a gated MLP's fused gate and up (not a size of an ungated one)
+        out["tok_f2"] = tokens * 2 * f
+        out["b_f2"] = 2 * f
+        out["w_f2h"] = 2 * h * f
+    return out
+
+
+# the named sizes of weights (matrices and per-channel vectors); activations carry batch and
+# sequence dimensions, and heads. At 8 x 1024 tokens, tokens x heads x 8 (a rotary slice) has a
+# query weight's count and tokens x 512 an FFN weight's (`size_ratio` tells them apart)
+WEIGHT_SIZES = frozenset(
+    ("hidden", "b_qkv", "b_f", "b_f2", "w_hh", "w_kvh", "w_qkvh", "w_fh", "w_f2h", "w_vh")
+)
 
 
 # FLOPs per score (one query-key pair of one head) per unit of head size, in a fused attention
@@ -160,13 +180,24 @@ _WIDTHS = ("tok_q", "tok_kv", "tok_h", "tok_f")
 _FRACTION = 8
 
 
-def size_ratio(elems: int, base: dict[str, float], target: dict[str, float]) -> float | None:
-    """How a tensor of `elems` elements in the base grows in the target: the ratio of the named
-    size it equals, else of the per-token width it is a simple fraction of (tokens x q/4: a
-    quarter of each head rotated); None when it is neither, or several that grow differently."""
+def size_ratio(
+    elems: int, base: dict[str, float], target: dict[str, float], ndim: int = 0
+) -> float | None:
+    """How a tensor of `elems` elements (`ndim` dimensions, 0: not known) in the base grows in
+    the target: the ratio of the named size it equals, else of the per-token width it is a
+    simple fraction of (tokens x q/4: a quarter of each head rotated); None when it is neither,
+    or several that grow differently. Where a weight's size (`WEIGHT_SIZES`) and an activation's
+    are equal, a tensor of three or more dimensions is the activation and a matrix or vector
+    the weight."""
     if elems <= 0:
         return None
-    ratios = {target[k] / base[k] for k, n in base.items() if n == elems and base[k] > 0}
+    named = [k for k, n in base.items() if n == elems and n > 0]
+    weights = [k for k in named if k in WEIGHT_SIZES]
+    if ndim >= 3:
+        named = [k for k in named if k not in WEIGHT_SIZES]
+    elif ndim > 0 and weights:
+        named = weights
+    ratios = {target[k] / base[k] for k in named}
     if not ratios:
         ratios = {target[k] / base[k] for k in _WIDTHS if _simple_fraction(elems, base[k])}
     if len(ratios) != 1:
