@@ -104,3 +104,30 @@ def test_layer_and_micro_batch_edits_copy_whole_pieces(steps: dict, job: str) ->
     got = Counter(zip(passes[ed.base].tolist(), once[ed.base].tolist(), strict=True))
     assert got[(True, False)] == 2 * int(passes.sum())
     assert got[(False, True)] == int(once.sum())
+
+
+def test_each_layer_op_knows_its_side_of_the_attention(steps: dict) -> None:
+    """Which layer ops work on the queries and which on the keys and values (`template.PATH`),
+    read from the op order every Hugging Face attention has: Q, K, V projections, then a rotary
+    embedding on the queries and on the keys. Qwen3's Q and K norms sit between the
+    projections; Phi rotates part of each head; GPT-2 projects Q, K and V in one GEMM and has
+    no rotary, so nothing is named there. The backward ops take their forward op's side."""
+    from lumos.estimate.template import BLOCK, PATH
+
+    for family, norms in (("qwen3", True), ("phi", False), ("gpt2", None)):
+        step, cfg = steps[f"hf_families/{family}"]
+        names = step.tasks.column("name").to_pylist()
+        fwd = (step.block == BLOCK["f_layer"]) & (step.layer == 0)
+        bwd = (step.block == BLOCK["b_layer"]) & (step.layer == 0)
+        side = {p: fwd & (step.path == PATH[p]) for p in ("queries", "keys_values")}
+        if norms is None:
+            assert not (step.path > 0).any(), family
+            continue
+        q_ops = Counter(names[i].split("::")[-1] for i in np.flatnonzero(side["queries"]))
+        kv_ops = Counter(names[i].split("::")[-1] for i in np.flatnonzero(side["keys_values"]))
+        assert q_ops["linear"] >= 1 and kv_ops["linear"] >= 2, family  # Q; K and V
+        # the rotary embedding's run on each side: the same ops
+        assert q_ops["neg"] == kv_ops["neg"] >= 1 and q_ops["cat"] == kv_ops["cat"], family
+        assert (q_ops["rsqrt"] >= 1 and kv_ops["rsqrt"] >= 1) == norms, family
+        for p in ("queries", "keys_values"):
+            assert (bwd & (step.path == PATH[p])).sum() > 0, (family, p)

@@ -398,6 +398,7 @@ def _op_firsts(step, b: np.ndarray) -> list[int]:  # noqa: ANN001
         ("neox_base", "neox_H1536"),
         ("llama_base", "llama_H2048"),
         ("llama_base", "llama_S512"),
+        ("llama_base", "llama_kv4"),
     ],
 )
 def test_each_kernels_work_grows_as_the_target_traced_its_tensors(gpu_wh, gpu_runs, base_run, run):
@@ -406,12 +407,17 @@ def test_each_kernels_work_grows_as_the_target_traced_its_tensors(gpu_wh, gpu_ru
     GEMM's FLOPs, an element-wise kernel's largest input. At 8 x 1024 tokens a rotary slice
     (tokens x heads x 8) has a query weight's element count and tokens x 512 an FFN weight's;
     an activation (three dimensions or more) is not taken for the weight, nor a weight (a
-    matrix: its bf16 copy under autocast) for the activation, and a bias follows its width."""
+    matrix: its bf16 copy under autocast) for the activation, and a bias follows its width.
+    From a multi-head base to grouped-query attention (llama_kv4: 4 key-value heads of 16) the
+    queries', keys' and residual stream's tensors have one size; each operator's side of the
+    attention (`template.PATH`: the projection it follows, the queries' then the keys' rotary
+    run) says which grows. Left out there: the element-wise kernels inside the attention
+    operator itself (one copy of the values per pass), whose inputs do not say."""
     from lumos.estimate.gpu_estimate import GpuModel
     from lumos.estimate.gpu_step import load_gpu_step
     from lumos.estimate.infer import infer_base
     from lumos.estimate.kernel_work import KClass
-    from lumos.estimate.template import LAYER_BLOCKS, shape_roles
+    from lumos.estimate.template import LAYER_BLOCKS, ROLE, shape_roles
 
     cfg = infer_base(gpu_wh, f"gpu_h100/{base_run}").config
     model = GpuModel(load_gpu_step(gpu_wh, f"gpu_h100/{base_run}", sizes=shape_roles(cfg)), cfg)
@@ -427,6 +433,8 @@ def test_each_kernels_work_grows_as_the_target_traced_its_tensors(gpu_wh, gpu_ru
     for k, t in zip(mine, theirs, strict=True):
         i = b[k]
         if st.layer[i] < 0 or st.block[i] not in LAYER_BLOCKS:
+            continue
+        if cfg.kv_heads_n != own.kv_heads_n and st.role[i] == ROLE["attn"]:
             continue
         if st.k_class[i] == int(KClass.GEMM) and st.k_flops[i] > 0:
             want = traced.k_flops[t] / st.k_flops[i]
@@ -505,14 +513,16 @@ def test_a_stated_head_size_widens_the_attention_projections(base):
     ed, _ = model.graph(model.structure(cfg))
     role, gemm = step.role[ed.base], step.k_class[ed.base] == int(KClass.GEMM)
 
-    def work(c, roles):  # noqa: ANN001, ANN202
+    def work(c, roles, only_gemms=False):  # noqa: ANN001, ANN202
         m = np.isin(role, [ROLE[r] for r in roles]) & step.is_gpu[ed.base]
-        return model.durations(ed, c, model.event_ns)[m].sum()
+        return model.durations(ed, c, model.event_ns)[m & (gemm | (not only_gemms))].sum()
 
     wide = replace(cfg, head_dim=128)
     attn_proj = ("gemm_qkv", "gemm_out")
-    ratio = work(wide, attn_proj) / work(cfg, attn_proj)
+    ratio = work(wide, attn_proj, True) / work(cfg, attn_proj, True)
     assert 1.6 < ratio <= 2.0  # twice the FLOPs above each GEMM's fixed part
+    # the projections' casts of their input (the residual stream) do not widen
+    assert 1.0 < work(wide, attn_proj) / work(cfg, attn_proj) < ratio
     assert work(wide, ("attn",)) / work(cfg, ("attn",)) > 1.5
     mlp = ("gemm_up", "gemm_down", "gemm_head")
     assert work(wide, mlp) == pytest.approx(work(cfg, mlp), rel=1e-6)

@@ -151,12 +151,13 @@ def test_sequence_parallel_pairs_the_tp_collectives_and_splits_the_norms(est):
     # the layers' norm and residual kernels (tokens x hidden) run on half the tokens
     st = est.gpu
 
-    def resid(e):  # noqa: ANN001, ANN202
+    def resid(e):  # noqa: ANN001, ANN202 (not the rotary embedding's: on a side of attention)
         b = e.edited.base
         return (
             _kernels(est, e.edited, KClass.OTHER, "tok_h")
             & (e.edited.layer >= 0)
             & (st.k_elems[b] == cfg.micro_batch * cfg.seq * cfg.hidden)
+            & (st.path[b] <= 0)
         )
 
     assert resid(sp).sum() == resid(tp).sum() > 0

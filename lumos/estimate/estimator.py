@@ -88,7 +88,7 @@ from warehouse.location import local_warehouse
 SPEEDUP_PREFIX = "speedup."
 # Bumped whenever the cached template or calibration files change shape (2: Template.elems), so a
 # warehouse's old cache is rebuilt instead of read wrongly.
-CACHE_FORMAT = 55
+CACHE_FORMAT = 56
 # the cache folder of a single-GPU base's step graph
 GPU_STEP_DIR = "gpu_step"
 # the cache file saying why a job's template could not be built (until the next ingest)

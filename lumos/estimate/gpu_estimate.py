@@ -35,7 +35,7 @@ from lumos.estimate.kernel_work import (
 from lumos.estimate.memory import embedding_params, head_params, params_per_layer, stage_layers
 from lumos.estimate.profiler_cost import CPU_EVENT_NS, PROFILER_EVENT_NS, unprofiled_cpu_ns
 from lumos.estimate.retime import features, stage_param_counts, stage_tensor_counts
-from lumos.estimate.template import BLOCK, ROLE
+from lumos.estimate.template import BLOCK, PATH, ROLE
 from lumos.estimate.throughput import exp_rate_of, peak_flops_of
 from lumos.estimate.waits import ScaledWaits, has_peer_waits, scaled_waits
 from lumos.replay.build import build_graph
@@ -126,15 +126,27 @@ class GpuModel:
         self._base_sizes = named_sizes(base)
         # the distinct input sizes of the kernels that follow their operator's input
         self._sized = step.is_gpu & (step.k_class == int(KClass.OTHER)) & (step.k_elems > 0)
-        # the distinct (elements, dimensions) of their inputs, each sized once per configuration
-        pairs, self._elems_at = np.unique(
-            np.stack([step.k_elems, step.k_ndim], axis=1), axis=0, return_inverse=True
+        # the distinct (elements, dimensions, attention side) of their inputs, each sized once
+        # per configuration
+        path = np.maximum(step.path, 0)
+        keys, at = np.unique(
+            np.stack([step.k_elems, step.k_ndim, path], axis=1), axis=0, return_inverse=True
         )
-        self._elems = [(int(e), int(d)) for e, d in pairs]
-        self._elems_at = self._elems_at.reshape(-1)
+        self._elems = [(int(e), int(d), int(p)) for e, d, p in keys]
+        self._elems_at = at.reshape(-1)
+        # the separate Q, K and V projections' GEMMs, each by its own width (grouped-query
+        # attention narrows K and V only)
+        qkv = (step.k_class == int(KClass.GEMM)) & (step.role == ROLE["gemm_qkv"])
+        self._q_gemm = qkv & (step.path == PATH["queries"])
+        self._kv_gemm = qkv & (step.path == PATH["keys_values"])
         # the layers' residual-stream kernels (norms, residual adds, dropout: element-wise, under a
         # tokens x hidden operator) that sequence parallelism runs on seq / tp tokens
-        resid = self._sized & (step.layer >= 0) & (step.role == ROLE["tok_h"])
+        resid = (
+            self._sized
+            & (step.layer >= 0)
+            & (step.role == ROLE["tok_h"])
+            & (step.path <= PATH["none"])  # not a head-split tensor (a rotary embedding's)
+        )
         self._seq_tok_h = resid & (step.k_elems == self._base_sizes["tok_h"])
         self._seq_tokens = resid & (step.k_elems == self._base_sizes["tokens"])
         self._graphs: dict[Structure, tuple[EditedStep, ReplayGraph]] = {}
@@ -297,11 +309,14 @@ class GpuModel:
         role = st.role[b]
         stage_of = ed.stage if ed.stage is not None else np.zeros(b.shape[0], np.int64)
         r = np.where(role >= 0, ratio[stage_of, np.maximum(role, 0)], 1.0)
-        # element-wise work on a tensor of a named size grows as that size does
         sizes = named_sizes(cfg)
-        by_size = np.array(
-            [size_ratio(e, self._base_sizes, sizes, d) or np.nan for e, d in self._elems]
-        )
+        base = self._base_sizes
+        for mask, key in ((self._q_gemm, "tok_q"), (self._kv_gemm, "tok_kv")):
+            # FLOPs: tokens x hidden x the projection's width
+            grow = sizes[key] * sizes["hidden"] / (base[key] * base["hidden"])
+            r = np.where(mask[b], grow, r)
+        # element-wise work on a tensor of a named size grows as that size does
+        by_size = np.array([size_ratio(e, base, sizes, d, p) or np.nan for e, d, p in self._elems])
         rs = by_size[self._elems_at][b]
         r = np.where(self._sized[b] & ~np.isnan(rs), rs, r)
         if cfg.sequence_parallel and cfg.tp > 1:

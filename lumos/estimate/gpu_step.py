@@ -45,7 +45,8 @@ class GpuStep:
     ``tasks`` / ``deps``: the step's rows of the replay tables, task ids 0..n-1 in the step's
     order, times relative to the step's first task. Arrays (length n): ``block`` (BLOCK code of
     the task's top-level op, -1 when it runs in none), ``layer`` (-1 outside layers), ``mb``
-    (micro-batch, -1 outside), ``role`` (ROLE code), ``n_events`` (profiler events recorded in a
+    (micro-batch, -1 outside), ``role`` (ROLE code), ``path`` (`template.PATH` code: a layer task
+    on the queries' or the keys' and values' side of its attention, -1 unlabelled), ``n_events`` (profiler events recorded in a
     CPU task), ``dur_ns`` and ``gap_ns`` (medians over the steps), ``k_class`` (`KClass` of a GPU
     task), ``k_flops`` (the FLOPs of a GEMM kernel's operator), ``k_elems`` (the elements of the
     largest input of the operator that launched a GPU task), ``k_ndim`` (its dimensions) and ``k_op`` (that operator's
@@ -62,6 +63,7 @@ class GpuStep:
     layer: np.ndarray
     mb: np.ndarray
     role: np.ndarray
+    path: np.ndarray
     n_events: np.ndarray
     dur_ns: np.ndarray
     gap_ns: np.ndarray
@@ -96,6 +98,7 @@ class GpuStep:
         "layer",
         "mb",
         "role",
+        "path",
         "n_events",
         "dur_ns",
         "gap_ns",
@@ -324,7 +327,7 @@ def step_from_tables(
             raise GpuStepError(str(e)) from e
         # a step whose model is not read (not a transformer, compiled): its tasks unlabelled,
         # for what-ifs that change no structure (`gpu_whatif`)
-        lab = {k: [-1] * len(ref) for k in ("block", "layer", "mb", "role")}
+        lab = {k: [-1] * len(ref) for k in ("block", "layer", "mb", "role", "path")}
         how = f"not labelled ({e})"
     s0 = int(it["cpu_start_ns"])
     op_tid = np.array([int(r["tid"]) for r in ref], np.int64)
@@ -364,6 +367,7 @@ def step_from_tables(
         layer=label("layer"),
         mb=label("mb"),
         role=label("role"),
+        path=label("path"),
         n_events=n_ev,
         dur_ns=np.rint(dur).astype(np.int64),
         gap_ns=np.rint(gap).astype(np.int64),

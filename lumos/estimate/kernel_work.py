@@ -112,7 +112,8 @@ def named_sizes(cfg: ModelConfig) -> dict[str, float]:
     h, f, v = cfg.hidden, cfg.ffn_size / tp, max(cfg.vocab, 0) / cfg.vocab_tp
     hd = cfg.head_size
     heads = cfg.heads // tp
-    kv = max(cfg.kv_heads_n // tp, 1) * hd
+    kv_heads = max(cfg.kv_heads_n // tp, 1)
+    kv = kv_heads * hd
     q = heads * hd
     out = {
         "tokens": tokens,
@@ -122,6 +123,8 @@ def named_sizes(cfg: ModelConfig) -> dict[str, float]:
         "tok_kv": tokens * kv,
         "tok_kv_half": tokens * kv / 2,
         "tok_qkv": tokens * (q + 2 * kv),
+        "tok_heads": tokens * heads,  # per head and token: a Q norm's statistics
+        "tok_kv_heads": tokens * kv_heads,
         "tok_f": tokens * f,
         "tok_v": tokens * v,
         "scores": cfg.micro_batch * heads * cfg.seq * cfg.seq,
@@ -172,6 +175,28 @@ def attention_head_factor(
     return (d_base / d) * (d + x) / (d_base + x)
 
 
+# the sizes of the queries' side and of the keys' and values' side of attention (in a
+# multi-head base they and the residual stream's are equal)
+_Q_SIZES = frozenset(("tok_q", "tok_h_half", "tok_heads", "w_hh"))
+_KV_SIZES = frozenset(("tok_kv", "tok_kv_half", "tok_kv_heads", "w_kvh"))
+_SIDE_ACTIVATIONS = frozenset(("tok_q", "tok_h_half", "tok_kv", "tok_kv_half"))
+
+
+def _side_drops(path: int, ndim: int) -> frozenset[str]:
+    """The named sizes a tensor of `ndim` dimensions on one side of attention (`path`,
+    `template.PATH`: 1 the queries', 2 the keys' and values') is not: none of the other
+    side's; split into heads (four dimensions or more) not the residual stream; of three (a
+    projection's input under autocast's cast) the residual stream, not a side's width."""
+    if path not in (1, 2):
+        return frozenset()
+    other = _KV_SIZES if path == 1 else _Q_SIZES
+    if ndim >= 4:
+        return other | {"tok_h"}
+    if ndim == 3:
+        return other | _SIDE_ACTIVATIONS
+    return other
+
+
 # per-token widths a tensor of tokens x (a simple fraction of one of them) follows: a partial
 # rotary embedding's rotated and passed-through parts of the queries (GPT-NeoX's quarter, Phi's
 # share of each head), the keys', the MLP's
@@ -181,17 +206,19 @@ _FRACTION = 8
 
 
 def size_ratio(
-    elems: int, base: dict[str, float], target: dict[str, float], ndim: int = 0
+    elems: int, base: dict[str, float], target: dict[str, float], ndim: int = 0, path: int = 0
 ) -> float | None:
     """How a tensor of `elems` elements (`ndim` dimensions, 0: not known) in the base grows in
     the target: the ratio of the named size it equals, else of the per-token width it is a
     simple fraction of (tokens x q/4: a quarter of each head rotated); None when it is neither,
     or several that grow differently. Where a weight's size (`WEIGHT_SIZES`) and an activation's
     are equal, a tensor of three or more dimensions is the activation and a matrix or vector
-    the weight."""
+    the weight. On a layer's queries' or keys' and values' side (`path`, `template.PATH`) it is
+    none of the other side's sizes, nor the residual stream's."""
     if elems <= 0:
         return None
-    named = [k for k, n in base.items() if n == elems and n > 0]
+    drop = _side_drops(path, ndim)
+    named = [k for k, n in base.items() if n == elems and n > 0 and k not in drop]
     weights = [k for k in named if k in WEIGHT_SIZES]
     if ndim >= 3:
         named = [k for k in named if k not in WEIGHT_SIZES]
@@ -199,7 +226,8 @@ def size_ratio(
         named = weights
     ratios = {target[k] / base[k] for k in named}
     if not ratios:
-        ratios = {target[k] / base[k] for k in _WIDTHS if _simple_fraction(elems, base[k])}
+        widths = [k for k in _WIDTHS if k not in drop]
+        ratios = {target[k] / base[k] for k in widths if _simple_fraction(elems, base[k])}
     if len(ratios) != 1:
         return None
     return ratios.pop()

@@ -42,6 +42,13 @@ ROLES = (
 )
 ROLE = {r: i for i, r in enumerate(ROLES)}
 BLOCKS = ("head", "f_pre", "f_layer", "f_post", "b_post", "b_layer", "b_pre", "opt", "tail")
+# which attention input a layer op works on, where the trace shows it (`_qkv_paths`): the
+# queries' or the keys' and values' (grouped-query attention narrows only the latter)
+PATHS = ("none", "queries", "keys_values")
+PATH = {p: i for i, p in enumerate(PATHS)}
+# the fewest operators a side's run after the projections has (`_qkv_paths`): two single ops
+# that match say nothing about which tensor each works on
+_MIN_SIDE_RUN = 2
 BLOCK = {b: i for i, b in enumerate(BLOCKS)}
 # the blocks of a layer's forward and backward (the others are the model's ends and the loop's)
 LAYER_BLOCKS = (BLOCK["f_layer"], BLOCK["b_layer"])
@@ -215,6 +222,44 @@ def _bwd_role(name: str, fwd_role: str | None) -> str:
     return fwd_role or "const"
 
 
+def _qkv_paths(rows: list[dict[str, Any]]) -> dict[int, int]:
+    """PATH codes of the forward layer ops that work on the queries or on the keys and values
+    (rows not named are "none"). With three projections before the attention op (Q, K, V: the
+    order every Hugging Face attention calls them in), the ops from each projection to the next
+    are its path (a Q / K norm). After the last projection, the longest two equal runs of the
+    same operators that open its non-view ops (a rotary embedding applied to the queries, then
+    to the keys) are the queries' and the keys'; what follows them (a cache update, a partial
+    rotary's concatenations) is not named."""
+    out: dict[int, int] = {}
+    layers: dict[tuple[int, int], list[int]] = {}
+    for i, r in enumerate(rows):
+        if r["layer"] is not None and r["fwd_mb"] is not None and not r["in_optimizer"]:
+            layers.setdefault((int(r["fwd_mb"]), int(r["layer"])), []).append(i)
+    for idx in layers.values():
+        attn = next((k for k, i in enumerate(idx) if is_attention(rows[i]["name"])), None)
+        if attn is None:
+            continue
+        linears = [k for k in range(attn) if _short(rows[idx[k]]["name"]) in _GEMM]
+        if not linears:
+            continue
+        if len(linears) == 3:
+            q, k, v = linears
+            out.update({idx[j]: PATH["queries"] for j in range(q, k)})
+            out.update({idx[j]: PATH["keys_values"] for j in range(k, v + 1)})
+        after = [
+            j for j in range(linears[-1] + 1, attn) if _short(rows[idx[j]]["name"]) not in _CONST
+        ]
+        names = [rows[idx[j]]["name"] for j in after]
+        longest = range(len(after) // 2, _MIN_SIDE_RUN - 1, -1)
+        run = next((n for n in longest if names[:n] == names[n : 2 * n]), 0)
+        # arithmetic on the tensors (a cache's bookkeeping repeats too, on none of them)
+        if run and any(_short(n) in _TOK_H for n in names[:run]):
+            first, second, last = after[0], after[run], after[2 * run - 1]
+            out.update({idx[j]: PATH["queries"] for j in range(first, second)})
+            out.update({idx[j]: PATH["keys_values"] for j in range(second, last + 1)})
+    return out
+
+
 def _cut_step(
     rows: list[dict[str, Any]], job: str, sizes: ShapeRoles | None = None
 ) -> dict[str, list[Any]]:
@@ -237,7 +282,11 @@ def _cut_step(
             f"{job}: no forward_mb<m> (or 'Forward <m>') annotation in the traced steps: the "
             "estimator needs micro-batch annotations to cut the step into layers"
         )
-    out: dict[str, list[Any]] = {k: [] for k in ("block", "layer", "mb", "role", "bwd", "i")}
+    paths = _qkv_paths(rows)
+    path_of: dict[int, int] = {}  # forward op's event -> its PATH code
+    out: dict[str, list[Any]] = {
+        k: [] for k in ("block", "layer", "mb", "role", "path", "bwd", "i")
+    }
     opt_started = False
     for i, r in enumerate(rows):
         name = r["name"]
@@ -245,6 +294,7 @@ def _cut_step(
             continue  # communication is re-created by the transforms
         layer = -1 if r["layer"] is None else int(r["layer"])
         fmb, bmb = r["fwd_mb"], r["bwd_mb"]
+        path = paths.get(i, PATH["none"])
         if r["in_optimizer"]:
             block, mb, role, bwd = "opt", -1, "opt", 0
             opt_started = True
@@ -271,6 +321,7 @@ def _cut_step(
                     "f_pre" if r["part"] == "embedding" or not _seen_layer(out, mb) else "f_post"
                 )
             fwd_role_of[int(r["event_idx"])] = (role, layer)
+            path_of[int(r["event_idx"])] = path
         elif bmb is not None:
             mb, bwd = int(bmb), 1
             fwd = r["fwd_event_idx"]
@@ -281,6 +332,7 @@ def _cut_step(
                 f_layer = _last_layer(out, mb)  # a weight's gradient lands right after its op
             layer = f_layer
             role = _bwd_role(name, f_role)
+            path = path_of.get(int(fwd), PATH["none"]) if fwd is not None else PATH["none"]
             if layer >= 0:
                 block = "b_layer"
             else:
@@ -293,6 +345,7 @@ def _cut_step(
         out["layer"].append(layer)
         out["mb"].append(mb)
         out["role"].append(ROLE[role])
+        out["path"].append(path)
         out["bwd"].append(bwd)
         out["i"].append(i)
     return out
@@ -504,13 +557,13 @@ def label_step(
     ref: list[dict[str, Any]], job: str, sizes: ShapeRoles | None = None
 ) -> tuple[dict[str, list[int]], str]:
     """Labels of one step's top-level ops (`template_tasks.sql` rows of one rank and step): per
-    row its `block`, `layer`, `mb`, `role` codes (-1 for rows the template leaves out:
-    collectives), and how the layers were found."""
+    row its `block`, `layer`, `mb`, `role` and `path` codes (-1 for rows the template leaves
+    out: collectives), and how the layers were found."""
     how = "the trainer's annotations"
     if all(r["fwd_mb"] is None for r in ref):
         ref, how = _infer_labels(ref, job)
     cut = _cut_step(ref, job, sizes)
-    out = {k: [-1] * len(ref) for k in ("block", "layer", "mb", "role")}
+    out = {k: [-1] * len(ref) for k in ("block", "layer", "mb", "role", "path")}
     for j, i in enumerate(cut["i"]):
         for k in out:
             out[k][i] = int(cut[k][j])
