@@ -8,7 +8,9 @@ median of the three runs' medians, as the corpus README scores), lumos's estimat
 rule (the base's measured step without the profiler scaled by the model FLOPs ratio: the rule
 docs/estimate-gpu.md compares against, given the measurement a trace does not have), with their errors; then the mean
 and max |error| over the configurations other than the base, and the CPU time of one estimate
-and of a sweep over all of them on the warm estimator.
+and of a sweep over all of them on the warm estimator. `--work`: per run of the base's structure,
+how many layer operators' work ratios match that run's trace (no timing: a mismatch is a size
+read wrongly).
 """
 
 from __future__ import annotations
@@ -55,6 +57,46 @@ def _every_base(root: Path, corpus: Path) -> None:
     print(f"every base: mean of the means {np.mean(means):.1%}")
 
 
+def _work(root: Path, corpus: Path, base: str) -> None:
+    """Each run of one structure with the base (its layers, micro-batches, recomputation): how
+    many of the layer operators' work ratios the re-timing gives are the ones that run's trace
+    shows (`lumos.estimate.work_check`), and the largest groups that are not."""
+    from collections import Counter
+
+    from lumos.estimate.estimator import Estimator
+    from lumos.estimate.gpu_estimate import GpuModel
+    from lumos.estimate.template import BLOCKS, LAYER_BLOCKS, ROLES
+    from lumos.estimate.work_check import work_rows
+
+    est = Estimator.open(root, f"gpu_h100/{base}")
+    model, st = GpuModel(est.gpu, est.base), est.gpu
+    family = base.split("_")[0]
+    print(f"work ratios from {base} (layer operators agreeing with the target's trace)")
+    for run in sorted(p for p in corpus.iterdir() if p.name.startswith(family + "_")):
+        _, m = gpu_run_truth(run)
+        cfg = gpu_run_config(est.base, m)
+        if run.name == base or model.structure(cfg) != model.structure(est.base):
+            continue
+        other = Estimator.open(root, f"gpu_h100/{run.name}").gpu
+        rows = [
+            r
+            for r in work_rows(model, cfg, other)
+            if st.layer[r.task] >= 0 and st.block[r.task] in LAYER_BLOCKS
+        ]
+        bad = Counter(
+            (
+                BLOCKS[st.block[r.task]],
+                ROLES[st.role[r.task]],
+                round(r.predicted, 3),
+                round(r.traced, 3),
+            )
+            for r in rows
+            if not r.agrees
+        )
+        worst = "; ".join(f"{n} x {k}" for k, n in bad.most_common(3))
+        print(f"  {run.name:<18} {len(rows) - sum(bad.values()):5d} / {len(rows):5d}  {worst}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="llama_base")
@@ -63,6 +105,11 @@ def main() -> None:
         "--every-base",
         action="store_true",
         help="also each run of the corpus as the base: mean / max |error| over its family's others",
+    )
+    ap.add_argument(
+        "--work",
+        action="store_true",
+        help="also the layer operators' work ratios against each same-structure run's own trace",
     )
     args = ap.parse_args()
     from lumos.api import Warehouse
@@ -93,6 +140,8 @@ def main() -> None:
         sweep_cpu = time.process_time() - t0
         if args.every_base:
             _every_base(wh.root, corpus)
+        if args.work:
+            _work(wh.root, corpus, args.base)
     print(f"base {args.base}: traced step {traced_base:.1f} ms (median of the traced steps)")
     print(f"{'run':<18} {'measured':>9} {'lumos':>9} {'err':>7} {'naive':>9} {'err':>7}")
     errs, naive_errs = [], []

@@ -380,17 +380,6 @@ def test_a_partial_rotary_embeddings_tensors_follow_the_tokens(gpu_wh, gpu_runs)
     assert abs(got / traced - 1) < 0.04  # -6.6 % when they were kept
 
 
-def _op_firsts(step, b: np.ndarray) -> list[int]:  # noqa: ANN001
-    """Positions in `b` (task ids of `step`) of the first kernel of each operator instance
-    that launched GPU work, in order."""
-    out, last = [], None
-    for k, i in enumerate(b):
-        if step.is_gpu[i] and step.k_op[i] >= 0 and step.k_op[i] != last:
-            out.append(k)
-            last = step.k_op[i]
-    return out
-
-
 @pytest.mark.parametrize(
     "base_run,run",
     [
@@ -418,32 +407,22 @@ def test_each_kernels_work_grows_as_the_target_traced_its_tensors(gpu_wh, gpu_ru
     from lumos.estimate.infer import infer_base
     from lumos.estimate.kernel_work import KClass
     from lumos.estimate.template import LAYER_BLOCKS, ROLE, shape_roles
+    from lumos.estimate.work_check import work_rows
 
     cfg = infer_base(gpu_wh, f"gpu_h100/{base_run}").config
     model = GpuModel(load_gpu_step(gpu_wh, f"gpu_h100/{base_run}", sizes=shape_roles(cfg)), cfg)
     own = infer_base(gpu_wh, f"gpu_h100/{run}").config
     traced = load_gpu_step(gpu_wh, f"gpu_h100/{run}", sizes=shape_roles(own))
-    target = _target(cfg, gpu_runs, run)
-    ed, _ = model.graph(model.structure(target))
-    r = model.work_ratio(ed, target)
-    st, b = model.step, ed.base
-    mine, theirs = _op_firsts(st, b), _op_firsts(traced, np.arange(traced.n))
-    assert len(mine) == len(theirs)
+    st = model.step
     checked = Counter()
-    for k, t in zip(mine, theirs, strict=True):
-        i = b[k]
+    for row in work_rows(model, _target(cfg, gpu_runs, run), traced):
+        i = row.task
         if st.layer[i] < 0 or st.block[i] not in LAYER_BLOCKS:
             continue
         if cfg.kv_heads_n != own.kv_heads_n and st.role[i] == ROLE["attn"]:
             continue
-        if st.k_class[i] == int(KClass.GEMM) and st.k_flops[i] > 0:
-            want = traced.k_flops[t] / st.k_flops[i]
-        elif st.k_class[i] == int(KClass.OTHER) and st.k_elems[i] > 0:
-            want = traced.k_elems[t] / st.k_elems[i]
-        else:
-            continue
         checked[int(st.k_class[i])] += 1
-        assert r[k] == pytest.approx(want, rel=1e-9), (run, k, st.k_elems[i], st.k_ndim[i])
+        assert row.agrees, (run, row, st.k_elems[i], st.k_ndim[i])
     assert checked[int(KClass.GEMM)] >= 7 * cfg.layers and checked[int(KClass.OTHER)] > 50
 
 
@@ -496,8 +475,25 @@ def test_grouped_query_attention_narrows_the_qkv_work(gpu_wh, base):
     work = model.durations(ed, target, model.event_ns)[gpu].sum()
     same = model.durations(ed, cfg, model.event_ns)[gpu].sum()
     measured = traced.dur_ns[traced.is_gpu].sum()
-    assert abs(work / measured - 1) <= 0.05
+    # +4.3 % when the keys' operators could not be told from the queries' (one size in a
+    # multi-head base), +0.3 % with each op's side of the attention
+    assert abs(work / measured - 1) <= 0.02
     assert work < same
+
+
+def test_an_estimate_says_when_the_keys_operators_are_not_found(gpu_wh):
+    """A key-value head change from a base whose layers show no Q, K, V sides (taken out of
+    llama_base's step here) is named in the estimate's notes; llama_base itself needs none."""
+    from lumos.estimate.estimator import Estimator
+
+    est = Estimator.open(gpu_wh.root, f"gpu_h100/{BASE}")
+    gqa = est.base.derive(kv_heads=4)
+    note = "do not show which operators work on the keys and values"
+    assert not any(note in w for w in est.explain(gqa).warnings)
+    est.gpu.path[:] = -1
+    est._gpu = None
+    assert any(note in w for w in est.explain(gqa).warnings)
+    assert not any(note in w for w in est.explain(est.base).warnings)
 
 
 def test_a_stated_head_size_widens_the_attention_projections(base):

@@ -965,6 +965,13 @@ class Estimator:
         ]
         if self.gpu.left_out:
             notes.append(self.gpu.left_out)
+        if cfg.kv_heads_n != self.base.kv_heads_n and not (self.gpu.path > 0).any():
+            notes.append(
+                "key-value heads change, but the base's layers do not show which operators work "
+                "on the keys and values (no separate Q, K, V projections or rotary runs found: "
+                "docs/estimate-gpu.md, 'Sides of the attention'): an operator on a size the "
+                "queries share keeps its role's growth"
+            )
         if (cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1) and not self.rank_only:
             model = self._gpu_model()
             notes.append(gpu_collective_note(cfg, model.comm, model.collective_notes(cfg)))
