@@ -908,12 +908,12 @@ class Estimator:
         from lumos.estimate.gpu_edit import EditError
 
         try:
-            preds, traced = self._gpu_model().predict(cfgs, speedups)
+            preds, traced, lo, hi = self._gpu_model().predict(cfgs, speedups, interval=True)
         except EditError as exc:
             raise TransformError(str(exc)) from exc
         return [
-            self._gpu_prediction(c, int(p), traced_ns=int(t), speedup=sp)
-            for c, p, t, sp in zip(cfgs, preds, traced, speedups, strict=True)
+            self._gpu_prediction(c, int(p), traced_ns=int(t), speedup=sp, interval=(int(a), int(b)))
+            for c, p, t, sp, a, b in zip(cfgs, preds, traced, speedups, lo, hi, strict=True)
         ]
 
     def _gpu_predict(self, cfg: ModelConfig, speedup: Mapping[str, float]) -> Prediction:
@@ -937,7 +937,13 @@ class Estimator:
             f"share {100 * est.profiler_share:.0f}%)"
         )
         return self._gpu_prediction(
-            cfg, est.predicted_ns, parts, note, traced_ns=est.traced_ns, speedup=speedup
+            cfg,
+            est.predicted_ns,
+            parts,
+            note,
+            traced_ns=est.traced_ns,
+            speedup=speedup,
+            interval=est.interval_ns,
         )
 
     def _gpu_prediction(
@@ -949,9 +955,14 @@ class Estimator:
         *,
         traced_ns: int | None = None,
         speedup: Mapping[str, float] | None = None,
+        interval: tuple[int, int] | None = None,
     ) -> Prediction:
+        """`interval`: the step replayed with its CPU threads faster and slower
+        (`gpu_estimate.THREAD_SPEED_SPREAD`), widened to the base's own traced steps' spread."""
         assert self.gpu is not None
         lo, hi = self.spread
+        at_speeds = interval or (pred, pred)
+        bounds = (min(int(pred * lo), at_speeds[0], pred), max(int(pred * hi), at_speeds[1], pred))
         mem = _memory(cfg)
         what = (
             f"step graph of rank {self.gpu.rank} of {self.gpu.job} as it ran, replayed (a "
@@ -992,7 +1003,7 @@ class Estimator:
         return Prediction(
             config=cfg,
             predicted_ns=pred,
-            interval_ns=(int(pred * lo), int(pred * hi)),
+            interval_ns=bounds,
             memory_bytes=int(mem.memory_bytes),
             fits=mem.fits,
             warnings=notes,

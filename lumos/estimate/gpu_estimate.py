@@ -57,6 +57,18 @@ CHECKPOINT_FORWARD_CPU = 2.0
 Structure = tuple[int, int, str, bool, bool, int, str, int, bool, bool]
 
 
+# how much slower another process of the same host runs a CPU thread than the traced one, 8 in
+# 10 times at most (and as much faster): the 90th percentile of the ratio of two runs' thread
+# speeds (each thread's operators against the same operators' median over the runs), over the
+# ordered pairs of the GPU corpus's runs of one family without recomputation (the ratios are
+# symmetric, so the 10th is its inverse). A prediction's interval is the step replayed with its
+# CPU tasks and idle gaps that much faster and slower (docs/estimate-gpu.md, "The interval").
+THREAD_SPEED_SPREAD = 1.33
+# the rows a configuration is replayed as: (profiler's cost taken out, CPU speed); the step
+# without the profiler, with it, and the interval's two ends
+_ROWS = ((1.0, 1.0), (0.0, 1.0), (1.0, 1.0 / THREAD_SPEED_SPREAD), (1.0, THREAD_SPEED_SPREAD))
+
+
 @dataclass
 class GpuEstimate:
     """One configuration's predicted step (unprofiled) and what it is made of."""
@@ -68,6 +80,8 @@ class GpuEstimate:
     n_tasks: int
     edited: EditedStep
     comm_ns: int = 0  # the collectives' time on the busiest GPU (overlapped or not)
+    # the unprofiled step with the CPU threads THREAD_SPEED_SPREAD faster and slower
+    interval_ns: tuple[int, int] = (0, 0)
 
     @property
     def profiler_share(self) -> float:
@@ -270,10 +284,12 @@ class GpuModel:
         cfg: ModelConfig,
         event_ns: float,
         speed: Mapping[str, float] | None = None,
+        cpu_speed: float = 1.0,
     ) -> np.ndarray:
         """Durations of the edited step's tasks for `cfg` (the profiler's cost taken out of the
         CPU tasks at `event_ns` per recorded event), the GPU tasks of each class in `speed`
-        (``speedup.<class>=N``) N times faster (`gpu_speedup`)."""
+        (``speedup.<class>=N``) N times faster (`gpu_speedup`), the CPU tasks' times
+        `cpu_speed` times theirs (another process's threads: the interval)."""
         st, b = self.step, ed.base
         dur = st.dur_ns[b].astype(np.float64)
         stage_of = ed.stage if ed.stage is not None else np.zeros(b.shape[0], np.int64)
@@ -282,7 +298,7 @@ class GpuModel:
         fixed = np.minimum(dur, np.where(mm, self._gemm_fixed[b], self._fixed_cap))
         gpu_dur = np.where(st.kind[b] == int(Kind.GPU_WAIT), dur, fixed + (dur - fixed) * r)
         cpu_dur = unprofiled_cpu_ns(dur, st.n_events[b], event_ns)
-        cpu_dur = cpu_dur * self._cpu_factor(ed, self.structure(cfg))
+        cpu_dur = cpu_dur * self._cpu_factor(ed, self.structure(cfg)) * cpu_speed
         out = np.where(st.is_gpu[b], gpu_dur, cpu_dur)
         if ed.coll is not None:
             for code, ns in self.collective_ns(cfg).items():
@@ -408,14 +424,17 @@ class GpuModel:
         self,
         cfgs: Sequence[ModelConfig],
         speedups: Sequence[Mapping[str, float]] | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
+        *,
+        interval: bool = False,
+    ) -> tuple[np.ndarray, ...]:
         """Predicted steps (ns) of many configurations (each with its speed-ups), without the
-        profiler and as a trace would record them (its cost kept): one batched replay per
-        structure."""
+        profiler and as a trace would record them (its cost kept), and with `interval` the
+        step's bounds (`THREAD_SPEED_SPREAD`): one batched replay per structure."""
         from kernels.replay import replay_sweep
 
         speed = list(speedups) if speedups else [{}] * len(cfgs)
-        out = np.zeros((2, len(cfgs)), np.int64)
+        rows = _ROWS if interval else _ROWS[:2]
+        out = np.zeros((len(rows), len(cfgs)), np.int64)
         groups: dict[Structure, list[int]] = {}
         for i, c in enumerate(cfgs):
             groups.setdefault(self.structure(c), []).append(i)
@@ -423,16 +442,28 @@ class GpuModel:
             ed, g = self.graph(s)
             dur = np.stack(
                 [
-                    self.durations(ed, cfgs[i], cost, speed[i])
-                    for cost in (self.event_ns, 0.0)
+                    self.durations(ed, cfgs[i], self.event_ns * un, speed[i], cpu)
+                    for un, cpu in rows
                     for i in idx
                 ]
             )
-            delay = self.delays(s, dur)
-            out[:, idx] = replay_sweep(g, dur, delay_ns=delay, parallel=len(idx) > 1).reshape(
-                2, len(idx)
-            )
-        return out[0], out[1]
+            delay = self._row_delays(s, ed, g, dur, [cpu for _, cpu in rows for _ in idx])
+            makespan = replay_sweep(g, dur, delay_ns=delay, parallel=len(idx) > 1)
+            out[:, idx] = makespan.reshape(len(rows), len(idx))
+        return tuple(out)
+
+    def _row_delays(
+        self, s: Structure, ed: EditedStep, g: ReplayGraph, dur: np.ndarray, cpu: list[float]
+    ) -> np.ndarray | None:
+        """The replay delays of each row of `dur` (`delays`), the CPU tasks' idle gaps scaled
+        by the row's CPU speed; None where every row keeps the graph's own."""
+        delay = self.delays(s, dur)
+        if all(c == 1.0 for c in cpu):
+            return delay
+        base = delay if delay is not None else np.broadcast_to(g.delay_ns, dur.shape)
+        on_cpu = ~self.step.is_gpu[ed.base]
+        factor = np.where(on_cpu[None, :], np.asarray(cpu)[:, None], 1.0)
+        return np.rint(base * factor).astype(np.int64)
 
     def explain(self, cfg: ModelConfig, speed: Mapping[str, float] | None = None) -> GpuEstimate:
         """One configuration (with its speed-ups), with the same graph replayed with the
@@ -441,9 +472,11 @@ class GpuModel:
 
         s = self.structure(cfg)
         ed, g = self.graph(s)
-        dur = np.stack([self.durations(ed, cfg, cost, speed) for cost in (self.event_ns, 0.0)])
-        delay = self.delays(s, dur)
-        pred, traced = (int(x) for x in replay_sweep(g, dur, delay_ns=delay, parallel=False))
+        dur = np.stack([self.durations(ed, cfg, self.event_ns * un, speed, c) for un, c in _ROWS])
+        delay = self._row_delays(s, ed, g, dur, [c for _, c in _ROWS])
+        pred, traced, lo, hi = (
+            int(x) for x in replay_sweep(g, dur, delay_ns=delay, parallel=False)
+        )
         gpu = self.step.is_gpu[ed.base]
         busy = gpu & (self.step.kind[ed.base] != int(Kind.GPU_WAIT))
         comm = ed.coll >= 0 if ed.coll is not None else np.zeros(gpu.shape, bool)
@@ -461,6 +494,7 @@ class GpuModel:
             n_tasks=int(ed.base.shape[0]),
             edited=ed,
             comm_ns=busiest(comm),
+            interval_ns=(lo, hi),
         )
 
 
