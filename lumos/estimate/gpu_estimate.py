@@ -316,6 +316,7 @@ class GpuModel:
         (`size_ratio`), sequence parallelism's and the head size's on top."""
         st, b = self.step, ed.base
         fb = np.where(self._base_feat > 0, self._base_feat, 1.0)
+        # per pipeline stage: its optimizer updates its own parameters
         ratio = np.stack(
             [
                 np.where(self._base_feat > 0, _features(cfg, stage) / fb, 1.0)
