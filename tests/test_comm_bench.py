@@ -194,3 +194,27 @@ def test_benchmarks_without_an_all_reduce_leave_the_datasheet(
     )
     model, why = from_opbench(tmp_path / "empty", A100)
     assert model is None and why == f"no micro-benchmarks of {A100} in the warehouse's opbench"
+
+
+def test_estimators_of_one_device_share_its_benchmarks_fit(nccl_wh: Path, tmp_path) -> None:
+    """The curves are fitted once per process while the device's benchmark files stay as they
+    are (each fit is 0.2-0.3 s); each caller gets a model of its own (what its pricing asked is
+    said to it alone), and changed files are fitted again."""
+    from lumos.estimate.comm_bench import _fitted, from_opbench
+
+    wh = tmp_path / "wh"
+    shutil.copytree(nccl_wh, wh)
+    first, _ = from_opbench(wh, A100)
+    before = _fitted.cache_info()
+    second, _ = from_opbench(wh, A100)
+    after = _fitted.cache_info()
+    assert first is not None and second is not None and first is not second
+    assert (after.hits, after.misses) == (before.hits + 1, before.misses)
+    assert first.allreduce_ns(64 << 20, 2) == second.allreduce_ns(64 << 20, 2)
+    first.take_asked(), second.take_asked()
+    first.allreduce_ns(1 << 40, 2)  # beyond the benchmarks: said to `first` only
+    assert first.take_asked() and not second.take_asked()
+    newest = max((wh / "opbench").rglob("*.parquet"), key=lambda f: f.stat().st_mtime_ns)
+    newest.touch()
+    from_opbench(wh, A100)
+    assert _fitted.cache_info().misses == after.misses + 1
