@@ -970,9 +970,14 @@ class Estimator:
             if self.rank_only
             else f"GPU step graph of {self.gpu.job} edited and replayed"
         )
+        from lumos.estimate.gpu_estimate import THREAD_SPEED_SPREAD
+
         notes = [
             f"{what}: predicted without the profiler ({PROFILER_EVENT_NS / 1e3:.1f} us per "
-            "recorded CPU event taken out)" + (f"; {traced}" if traced else "")
+            "recorded CPU event taken out)"
+            + (f"; {traced}" if traced else "")
+            + f"; the interval: the step with its CPU threads {THREAD_SPEED_SPREAD:g}x faster "
+            "and slower (another process's threads run at their own speed)"
         ]
         if self.gpu.left_out:
             notes.append(self.gpu.left_out)
