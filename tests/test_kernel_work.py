@@ -10,7 +10,7 @@ from lumos.estimate.kernel_work import (
     fit_gemm,
     gemm_flops,
     kernel_class,
-    largest_elems,
+    largest_tensor,
     named_sizes,
     size_ratio,
 )
@@ -36,7 +36,7 @@ def test_gemm_flops_from_input_dims():
     # shapes that do not multiply, or are missing
     assert gemm_flops("aten::mm", [[8, 3], [4, 5]]) == 0
     assert gemm_flops("aten::mm", None) == 0
-    assert largest_elems("[[8, 1024, 1024], [], [1024]]") == 8 * 1024 * 1024
+    assert largest_tensor("[[8, 1024, 1024], [], [1024]]")[0] == 8 * 1024 * 1024
 
 
 def test_size_ratio_names_the_tensor_or_refuses_to_guess():

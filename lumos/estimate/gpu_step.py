@@ -25,7 +25,7 @@ import pyarrow as pa
 
 import lumos_sql
 from kernels.graph import Kind, Rt
-from lumos.estimate.kernel_work import KClass, gemm_flops, kernel_class, largest_input
+from lumos.estimate.kernel_work import KClass, gemm_flops, kernel_class, largest_tensor
 from lumos.estimate.template import BLOCK, ShapeRoles, TemplateError, label_step
 from lumos.replay.constants import DeviceConstants
 from lumos_sql.taxonomy import is_attention_pass
@@ -45,13 +45,14 @@ class GpuStep:
     ``tasks`` / ``deps``: the step's rows of the replay tables, task ids 0..n-1 in the step's
     order, times relative to the step's first task. Arrays (length n): ``block`` (BLOCK code of
     the task's top-level op, -1 when it runs in none), ``layer`` (-1 outside layers), ``mb``
-    (micro-batch, -1 outside), ``role`` (ROLE code), ``path`` (`template.PATH` code: a layer task
-    on the queries' or the keys' and values' side of its attention, -1 unlabelled), ``n_events`` (profiler events recorded in a
-    CPU task), ``dur_ns`` and ``gap_ns`` (medians over the steps), ``k_class`` (`KClass` of a GPU
-    task), ``k_flops`` (the FLOPs of a GEMM kernel's operator), ``k_elems`` (the elements of the
-    largest input of the operator that launched a GPU task), ``k_ndim`` (its dimensions) and ``k_op`` (that operator's
-    instance, dense, -1 for none: a GEMM operator may launch several kernels, a split-K GEMM and
-    its reduction). ``step_ns``: the traced steps.
+    (micro-batch, -1 outside), ``role`` (ROLE code), ``path`` (`template.PATH` code: a layer
+    task on the queries' or the keys' and values' side of its attention, -1 unlabelled),
+    ``n_events`` (profiler events recorded in a CPU task), ``dur_ns`` and ``gap_ns`` (medians
+    over the steps), ``k_class`` (`KClass` of a GPU task), ``k_flops`` (the FLOPs of a GEMM
+    kernel's operator), ``k_elems`` and ``k_ndim`` (the elements and dimensions of the largest
+    input of the operator that launched a GPU task) and ``k_op`` (that operator's instance,
+    dense, -1 for none: a GEMM operator may launch several kernels, a split-K GEMM and its
+    reduction). ``step_ns``: the traced steps.
     """
 
     job: str
@@ -423,7 +424,7 @@ def _kernel_work(
         k_class[i] = int(c)
         if c == KClass.GEMM and name is not None:
             flops[i] = gemm_flops(name, dims)
-        elems[i], ndim[i] = largest_input(dims)
+        elems[i], ndim[i] = largest_tensor(dims)
         if key is not None:
             op[i] = keys.setdefault(int(key), len(keys))
     return {"k_class": k_class, "k_flops": flops, "k_elems": elems, "k_ndim": ndim, "k_op": op}

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from lumos.estimate.config import ModelConfig
+from lumos.estimate.template import PATH
 from lumos_sql.taxonomy import OpClass, op_class
 
 __all__ = [
@@ -27,8 +28,7 @@ __all__ = [
     "fit_gemm",
     "gemm_flops",
     "kernel_class",
-    "largest_elems",
-    "largest_input",
+    "largest_tensor",
     "named_sizes",
     "size_ratio",
     "WEIGHT_SIZES",
@@ -85,7 +85,7 @@ def gemm_flops(op_name: str, input_dims: Any) -> float:
     return 2.0 * batch * a[-2] * a[-1] * b[-1]
 
 
-def largest_input(input_dims: Any) -> tuple[int, int]:
+def largest_tensor(input_dims: Any) -> tuple[int, int]:
     """Elements and dimensions of the operator's largest input tensor, a tensor list's
     (`aten::cat`'s) included ((0, 0) when none is recorded)."""
     if isinstance(input_dims, str):
@@ -96,11 +96,6 @@ def largest_input(input_dims: Any) -> tuple[int, int]:
     lists = [s for s in input_dims or () if isinstance(s, list) and s and isinstance(s[0], list)]
     shapes = _shapes(input_dims) + [t for ts in lists for t in _shapes(ts)]
     return max(((math.prod(s), len(s)) for s in shapes), default=(0, 0))
-
-
-def largest_elems(input_dims: Any) -> int:
-    """Elements of the operator's largest input tensor (`largest_input`)."""
-    return largest_input(input_dims)[0]
 
 
 def named_sizes(cfg: ModelConfig) -> dict[str, float]:
@@ -183,13 +178,16 @@ _SIDE_ACTIVATIONS = frozenset(("tok_q", "tok_h_half", "tok_kv", "tok_kv_half"))
 
 
 def _side_drops(path: int, ndim: int) -> frozenset[str]:
-    """The named sizes a tensor of `ndim` dimensions on one side of attention (`path`,
-    `template.PATH`: 1 the queries', 2 the keys' and values') is not: none of the other
-    side's; split into heads (four dimensions or more) not the residual stream; of three (a
-    projection's input under autocast's cast) the residual stream, not a side's width."""
-    if path not in (1, 2):
+    """The named sizes a tensor of `ndim` dimensions on one side of attention (`path`, a
+    `template.PATH` code) is not: none of the other side's; split into heads (four dimensions
+    or more) not the residual stream; of three (a projection's input under autocast's cast) the
+    residual stream, not a side's width."""
+    if path == PATH["queries"]:
+        other = _KV_SIZES
+    elif path == PATH["keys_values"]:
+        other = _Q_SIZES
+    else:
         return frozenset()
-    other = _KV_SIZES if path == 1 else _Q_SIZES
     if ndim >= 4:
         return other | {"tok_h"}
     if ndim == 3:

@@ -42,6 +42,9 @@ ROLES = (
 )
 ROLE = {r: i for i, r in enumerate(ROLES)}
 BLOCKS = ("head", "f_pre", "f_layer", "f_post", "b_post", "b_layer", "b_pre", "opt", "tail")
+BLOCK = {b: i for i, b in enumerate(BLOCKS)}
+# the blocks of a layer's forward and backward (the others are the model's ends and the loop's)
+LAYER_BLOCKS = (BLOCK["f_layer"], BLOCK["b_layer"])
 # which attention input a layer op works on, where the trace shows it (`_qkv_paths`): the
 # queries' or the keys' and values' (grouped-query attention narrows only the latter)
 PATHS = ("none", "queries", "keys_values")
@@ -49,9 +52,6 @@ PATH = {p: i for i, p in enumerate(PATHS)}
 # the fewest operators a side's run after the projections has (`_qkv_paths`): two single ops
 # that match say nothing about which tensor each works on
 _MIN_SIDE_RUN = 2
-BLOCK = {b: i for i, b in enumerate(BLOCKS)}
-# the blocks of a layer's forward and backward (the others are the model's ends and the loop's)
-LAYER_BLOCKS = (BLOCK["f_layer"], BLOCK["b_layer"])
 
 # an autograd node as PyTorch before 1.10 traced it: `CudnnConvolutionBackward`, `ReluBackward1`
 _LEGACY_BWD = re.compile(r"^[A-Z]\w*Backward\d*$")

@@ -11,12 +11,16 @@ disagrees is a size the re-timing reads wrongly. Used by the tests and by
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lumos.estimate.config import ModelConfig
 from lumos.estimate.gpu_step import GpuStep
 from lumos.estimate.kernel_work import KClass
+
+if TYPE_CHECKING:
+    from lumos.estimate.gpu_estimate import GpuModel
 
 __all__ = ["WorkRow", "work_rows"]
 
@@ -47,9 +51,9 @@ def _op_firsts(step: GpuStep, tasks: np.ndarray) -> list[int]:
     return out
 
 
-def work_rows(model, target: ModelConfig, traced: GpuStep) -> list[WorkRow]:  # noqa: ANN001
+def work_rows(model: GpuModel, target: ModelConfig, traced: GpuStep) -> list[WorkRow]:
     """Rows for the GEMMs and element-wise kernels (those with a recorded size) of `model`'s
-    (a `GpuModel`) edited step for `target`, against `traced`, the target's own step. Raises
+    edited step for `target`, against `traced`, the target's own step. Raises
     ValueError where the two do not launch the same number of operators (another structure)."""
     ed, _ = model.graph(model.structure(target))
     r = model.work_ratio(ed, target)
